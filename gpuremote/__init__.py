@@ -1,0 +1,26 @@
+"""gpuremote: remote and fractional GPUs for CuPy programs.
+
+`import gpuremote.cupy as cp` is a drop-in for `import cupy`; its arrays live on a device owned
+by a `gpuremote daemon`. `gpuremote.connect("host:port")` picks the daemon explicitly;
+otherwise GPUREMOTE_DAEMON=host:port is read at first use.
+"""
+
+__version__ = "0.1.0"
+
+
+def connect(address: str, **kwargs):
+    """Connect to the daemon at `address` ("host:port") and make its devices current; returns the session."""
+    from gpuremote.client import context
+    return context.connect(address, **kwargs)
+
+
+def disconnect() -> None:
+    """Close every session of this process (its remote arrays are freed)."""
+    from gpuremote.client import context
+    context.disconnect()
+
+
+def stats() -> dict:
+    """Client statistics: ops, messages, round_trips, bytes_h2d, bytes_d2h, blocked_s."""
+    from gpuremote.client.stats import STATS
+    return STATS.as_dict()

@@ -1,0 +1,81 @@
+"""Every tunable of gpuremote in one place, each overridable by an environment variable.
+
+A value is read once, at import. `GPUREMOTE_<NAME>` overrides `<name>` (sizes accept
+suffixes such as 64KiB, 16MiB, 8GiB). The comment beside each default says why it is that number.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+
+PROTOCOL_VERSION = 1
+
+_UNITS = {"": 1, "B": 1, "K": 10**3, "KB": 10**3, "KIB": 2**10, "M": 10**6, "MB": 10**6,
+          "MIB": 2**20, "G": 10**9, "GB": 10**9, "GIB": 2**30, "T": 10**12, "TB": 10**12, "TIB": 2**40}
+
+
+def parse_size(text: str | int) -> int:
+    """Parse '8GiB', '512MiB', '4096', '1.5GB' into bytes; ValueError with a clear message otherwise."""
+    if isinstance(text, int):
+        if text < 0:
+            raise ValueError(f"size must not be negative, got {text}")
+        return text
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*", str(text))
+    if not m or m.group(2).upper() not in _UNITS:
+        raise ValueError(f"invalid size {text!r}: use a number of bytes with an optional unit such as 64KiB, 16MiB or 8GiB")
+    return int(float(m.group(1)) * _UNITS[m.group(2).upper()])
+
+
+@dataclasses.dataclass(frozen=True)
+class Defaults:
+    # gRPC's own default is 4 MiB; 16 MiB leaves room for a 1 MiB chunk or a full op batch
+    # while keeping a hostile client from making the daemon buffer huge messages.
+    max_message_bytes: int = 16 * 2**20
+    # Bulk bytes move in chunks of this size: 1-4 MiB chunks measured fastest over gRPC here.
+    chunk_bytes: int = 1 * 2**20
+    # Arrays up to this size ride inside the op batch instead of a chunked transfer.
+    inline_bytes: int = 256 * 2**10
+    # Largest batch the daemon accepts; the client flushes well before (batch_flush_ops).
+    max_ops_per_batch: int = 4096
+    # The client sends its queued ops once this many are waiting (amortises per-message cost,
+    # keeps the daemon busy rather than idle until the next sync point).
+    batch_flush_ops: int = 64
+    # Live arrays per session: far above any real program, low enough to bound the table.
+    max_handles: int = 1 << 20
+    # NumPy allows 64 dimensions; nothing real needs more than 32, and it bounds probe cost.
+    max_rank: int = 32
+    # Nesting of tuples/lists/dicts in one value; protobuf's own recursion limit is 100.
+    max_value_depth: int = 32
+    # Concurrent sessions one daemon serves.
+    max_sessions: int = 256
+    # Deferred errors kept per session between sync points; later ones are counted only.
+    max_deferred_errors: int = 16
+    # Memory of one emulated device when --emulate-memory is not given.
+    emulate_memory: int = 8 * 2**30
+    # gRPC keepalive: a vanished client is noticed within about ping + timeout.
+    keepalive_ms: int = 10_000
+    keepalive_timeout_ms: int = 5_000
+    # Seconds a client waits for a daemon to answer at connect before reporting it unreachable.
+    connect_timeout_s: float = 10.0
+    # Largest kernel source accepted.
+    max_kernel_source_bytes: int = 1 * 2**20
+
+
+def _from_env(base: Defaults) -> Defaults:
+    changes = {}
+    for field in dataclasses.fields(base):
+        raw = os.environ.get("GPUREMOTE_" + field.name.upper())
+        if raw is None:
+            continue
+        if field.type == "float":
+            changes[field.name] = float(raw)
+        elif field.name.endswith("bytes") or field.name == "emulate_memory":
+            changes[field.name] = parse_size(raw)
+        else:
+            changes[field.name] = int(raw)
+    return dataclasses.replace(base, **changes)
+
+
+DEFAULTS = _from_env(Defaults())

@@ -1,0 +1,101 @@
+"""The `gpuremote` command line."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+
+import click
+
+from gpuremote import __version__
+from gpuremote._config import DEFAULTS, parse_size
+
+
+class _Size(click.ParamType):
+    name = "size"
+
+    def convert(self, value, param, ctx):
+        try:
+            return parse_size(value)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+def _device_list(ctx, param, value):
+    if value is None:
+        return None
+    try:
+        devices = [int(v) for v in value.split(",") if v.strip()]
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a comma-separated list of device indices, e.g. 0,1")
+    if not devices or any(d < 0 for d in devices):
+        raise click.BadParameter("device indices are non-negative integers, e.g. 0,1")
+    return devices
+
+
+def _listen(ctx, param, value):
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise click.BadParameter(f"{value!r} is not HOST:PORT (e.g. 127.0.0.1:7200, 0.0.0.0:7200, or port 0 "
+                                 "for any free port)")
+    return value
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="gpuremote")
+def main():
+    """gpuremote: use GPUs in other machines, or slices of one, from unmodified CuPy programs."""
+
+
+@main.command()
+@click.option("--listen", default="127.0.0.1:7200", show_default=True, callback=_listen,
+              help="HOST:PORT to serve on; port 0 picks a free port (printed at start).")
+@click.option("--backend", type=click.Choice(["auto", "cupy", "emulated"]), default="auto", show_default=True,
+              help="cupy runs on real GPUs; emulated keeps arrays in host memory with NumPy; auto takes "
+                   "cupy when a CUDA device is usable.")
+@click.option("--devices", callback=_device_list, metavar="0,1",
+              help="GPU indices to serve (cupy backend); default all.")
+@click.option("--emulate", type=click.IntRange(1, 64), default=1, show_default=True,
+              help="Number of emulated devices.")
+@click.option("--emulate-memory", type=_Size(), default=str(DEFAULTS.emulate_memory), show_default="8GiB",
+              help="Memory of each emulated device, e.g. 512MiB or 16GiB.")
+@click.option("--max-sessions", type=click.IntRange(1, 4096), default=DEFAULTS.max_sessions, show_default=True,
+              help="Most sessions served at once.")
+@click.option("-v", "--verbose", is_flag=True, help="Log sessions opening and closing.")
+def daemon(listen, backend, devices, emulate, emulate_memory, max_sessions, verbose):
+    """Serve this host's GPUs (or emulated devices) to gpuremote clients.
+
+    Clients connect with GPUREMOTE_DAEMON=HOST:PORT or gpuremote.connect("HOST:PORT").
+    Stops cleanly on SIGINT or SIGTERM, freeing every session.
+    """
+    from gpuremote.daemon.backends import create
+    from gpuremote.daemon.server import DaemonServer
+
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
+                        format="%(asctime)s %(name)s %(message)s")
+    if emulate_memory <= 0:
+        raise click.BadParameter("must be more than 0 bytes", param_hint="--emulate-memory")
+    try:
+        dev = create(backend, devices, emulate, emulate_memory)
+    except Exception as exc:
+        raise click.ClickException(f"cannot start the {backend} backend: {exc}")
+    try:
+        server = DaemonServer(dev, listen, max_sessions).start()
+    except (OSError, RuntimeError) as exc:
+        raise click.ClickException(f"cannot listen on {listen}: {exc}")
+    names = ", ".join(f"{p.index}: {p.name} ({p.total_memory / 2**30:.1f} GiB)" for p in dev.props)
+    click.echo(f"gpuremote daemon {__version__} listening on {server.address} "
+               f"(backend {dev.kind}; devices {names})", err=False)
+    sys.stdout.flush()
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    stop.wait()
+    server.stop(grace=2.0)
+    click.echo("gpuremote daemon stopped")
+
+
+if __name__ == "__main__":
+    main()

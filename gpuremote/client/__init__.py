@@ -1,0 +1,1 @@
+"""The client side: sessions with daemons, op batching, sync points, statistics."""

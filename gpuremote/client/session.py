@@ -1,0 +1,288 @@
+"""A client's session with one daemon: op queue, batching, sync points and bulk transfers.
+
+Ops that yield arrays never wait: the client picks result handles itself and queues the op;
+queued ops leave as one stream message when `batch_flush_ops` have gathered or at the next
+sync point. A sync point (`request`) sends what is queued plus one op that wants a reply and
+blocks for it; errors of earlier asynchronous ops come back with that reply and are raised
+there, naming the op and the application's source line that issued it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import queue
+import socket
+import sys
+import threading
+import time
+from typing import Any, Callable
+
+import grpc
+import numpy
+
+from gpuremote._config import DEFAULTS, PROTOCOL_VERSION
+from gpuremote.client.stats import STATS
+from gpuremote.errors import DeviceLostError, LimitExceededError, ProtocolError, rebuild
+from gpuremote.transport.grpc_channel import open_channel, translate
+from gpuremote.v1 import daemon_pb2_grpc
+from gpuremote.wire import pb
+from gpuremote.wire.codec import dtype_from_wire, encode
+
+_CLOSE = None
+
+
+class Session:
+    def __init__(self, address: str, client_name: str | None = None,
+                 timeout: float = DEFAULTS.connect_timeout_s):
+        self.address = address
+        self._channel = open_channel(address, timeout)
+        self._outbox: queue.SimpleQueue = queue.SimpleQueue()
+        self._lock = threading.RLock()
+        self._seq = itertools.count(1)
+        self._handles = itertools.count(1)
+        self._releases: list[int] = []
+        self._msg = pb.ClientMessage()
+        self._ops = self._msg.batch.ops
+        self._flush_ops = DEFAULTS.batch_flush_ops
+        self.lost: Exception | None = None
+        self.closed = False
+        stub = daemon_pb2_grpc.DaemonStub(self._channel)
+        self._responses = stub.Session(self._requests())
+        hello = pb.ClientMessage()
+        hello.open.protocol_version = PROTOCOL_VERSION
+        hello.open.client_name = client_name or os.path.basename(sys.argv[0] if sys.argv and sys.argv[0] else "python")
+        hello.open.client_pid = os.getpid()
+        hello.open.client_host = socket.gethostname()
+        self._outbox.put(hello)
+        opened = self._next().opened
+        self.session_id = opened.session_id
+        self.backend = opened.backend
+        self.devices = list(opened.devices)
+        self.limits = opened.limits
+        self.chunk_bytes = opened.limits.chunk_bytes or DEFAULTS.chunk_bytes
+
+    def _requests(self):
+        while True:
+            msg = self._outbox.get()
+            if msg is _CLOSE:
+                return
+            yield msg
+
+    def _next(self) -> pb.ServerMessage:
+        if self.lost is not None:
+            raise self.lost
+        try:
+            return next(self._responses)
+        except grpc.RpcError as exc:
+            self.lost = translate(exc, self.address)
+        except StopIteration:
+            self.lost = DeviceLostError(f"the gpuremote daemon at {self.address} ended the session")
+        raise self.lost
+
+    # -- handles ------------------------------------------------------------------------
+    def new_handle(self) -> int:
+        return next(self._handles)
+
+    def release(self, handle: int) -> None:
+        """Queue a release; safe from __del__ in any thread (list.append is atomic)."""
+        if not self.closed:
+            self._releases.append(handle)
+
+    def handle_of(self, obj: Any) -> int | None:
+        session = getattr(obj, "_gr_session", None)
+        if session is None:
+            return None
+        if session is not self:
+            raise ValueError(f"an op mixes arrays from two daemons ({session.address} and {self.address}); "
+                             "move one first, e.g. cupy.asarray(x.get())")
+        return obj._gr_handle
+
+    # -- queueing -----------------------------------------------------------------------
+    def _new_op(self, device: int, stream: int, site: str) -> pb.Op:
+        if self.lost is not None:
+            raise self.lost
+        if self.closed:
+            raise DeviceLostError(f"the session with {self.address} is closed")
+        op = self._ops.add()
+        op.seq = next(self._seq)
+        op.device = device
+        op.stream = stream
+        op.site = site
+        STATS.ops += 1
+        return op
+
+    def _fill_call(self, op: pb.Op, name: str, args: tuple, kwargs: dict, results) -> None:
+        c = op.call
+        c.name = name
+        handle_of = self.handle_of
+        for a in args:
+            encode(a, c.args.add(), handle_of)
+        for k, v in kwargs.items():
+            c.kwarg_names.append(k)
+            encode(v, c.kwarg_values.add(), handle_of)
+        if results:
+            c.results.extend(results)
+        if (args or kwargs) and op.ByteSize() > DEFAULTS.inline_bytes * 4:
+            raise LimitExceededError(f"the arguments of {name} are {op.ByteSize():,} bytes, too large to send "
+                                     "inline: move large data to the device first with cupy.asarray")
+
+    def call(self, name: str, args: tuple, kwargs: dict, results, device: int, stream: int, site: str) -> None:
+        """Queue a call of surface name `name`; its arrays will be bound to `results`."""
+        with self._lock:
+            op = self._new_op(device, stream, site)
+            try:
+                self._fill_call(op, name, args, kwargs, results)
+            except BaseException:
+                del self._ops[-1]
+                STATS.ops -= 1
+                raise
+            if len(self._ops) >= self._flush_ops:
+                self._flush()
+
+    def call_value(self, name: str, args: tuple, kwargs: dict, device: int, stream: int, site: str) -> Any:
+        """Run a call that returns a host value, and wait for it (a sync point)."""
+        return self.request(lambda op: self._fill_call(op, name, args, kwargs, ()), device, stream, site)
+
+    def upload(self, handle: int, host: numpy.ndarray, device: int, stream: int, site: str) -> None:
+        """Queue the creation of array `handle` from host memory (H2D)."""
+        host = numpy.asarray(host, order="C")
+        nbytes = host.nbytes
+        with self._lock:
+            op = self._new_op(device, stream, site)
+            up = op.upload
+            up.handle = handle
+            up.meta.dtype = host.dtype.str
+            up.meta.shape.extend(host.shape)
+            STATS.bytes_h2d += nbytes
+            if nbytes <= DEFAULTS.inline_bytes:
+                up.data = host.tobytes()
+                if len(self._ops) >= self._flush_ops:
+                    self._flush()
+                return
+            chunk = self.chunk_bytes
+            up.chunks = -(-nbytes // chunk)
+            self._flush()
+            flat = host.reshape(-1).view(numpy.uint8)
+            for offset in range(0, nbytes, chunk):
+                msg = pb.ClientMessage()
+                msg.chunk.seq = op.seq
+                msg.chunk.offset = offset
+                msg.chunk.data = flat[offset:offset + chunk].tobytes()
+                self._outbox.put(msg)
+                STATS.messages += 1
+
+    def flush(self) -> None:
+        with self._lock:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._releases:
+            handles, self._releases = self._releases, []
+            op = self._new_op(0, 0, "")
+            op.release.handles.extend(handles)
+        if not len(self._ops):
+            return
+        self._outbox.put(self._msg)
+        STATS.messages += 1
+        self._msg = pb.ClientMessage()
+        self._ops = self._msg.batch.ops
+
+    # -- sync points --------------------------------------------------------------------
+    def request(self, fill: Callable[[pb.Op], None], device: int = 0, stream: int = 0, site: str = "") -> Any:
+        """Send queued ops plus one op that wants a reply, wait, and return the reply's result.
+
+        The result is a Python value, a host array (fetch) or (shape, dtype) (describe).
+        """
+        with self._lock:
+            op = self._new_op(device, stream, site)
+            op.reply = True
+            try:
+                fill(op)
+            except BaseException:
+                del self._ops[-1]
+                raise
+            seq = op.seq
+            self._flush()
+            start = time.perf_counter()
+            try:
+                reply = self._next().reply
+                if reply.seq != seq:
+                    raise ProtocolError(f"reply for op {reply.seq} arrived while waiting for op {seq}")
+                result = self._result(reply)
+            finally:
+                STATS.round_trips += 1
+                STATS.blocked_s += time.perf_counter() - start
+        self._raise_errors(reply)
+        return result
+
+    def _result(self, reply: pb.Reply) -> Any:
+        from gpuremote.wire.codec import decode
+        outcome = reply.WhichOneof("outcome")
+        if outcome == "value":
+            value = decode(reply.value, _no_handles)
+            if isinstance(value, numpy.ndarray):
+                STATS.bytes_d2h += value.nbytes
+            return value
+        if outcome == "meta":
+            return tuple(reply.meta.shape), dtype_from_wire(reply.meta.dtype)
+        if outcome == "chunked":
+            return self._receive_chunks(reply)
+        return None
+
+    def _receive_chunks(self, reply: pb.Reply) -> numpy.ndarray:
+        meta = reply.chunked.meta
+        dtype = dtype_from_wire(meta.dtype)
+        out = numpy.empty(tuple(meta.shape), dtype)
+        flat = out.reshape(-1).view(numpy.uint8)
+        offset = 0
+        for _ in range(reply.chunked.chunks):
+            chunk = self._next().chunk
+            if chunk.seq != reply.seq or chunk.offset != offset or offset + len(chunk.data) > flat.size:
+                raise ProtocolError(f"chunk for op {chunk.seq} at offset {chunk.offset} is out of order")
+            flat[offset:offset + len(chunk.data)] = numpy.frombuffer(chunk.data, numpy.uint8)
+            offset += len(chunk.data)
+        if offset != flat.size:
+            raise ProtocolError(f"fetch delivered {offset} of {flat.size} bytes")
+        STATS.bytes_d2h += out.nbytes
+        return out
+
+    @staticmethod
+    def _raise_errors(reply: pb.Reply) -> None:
+        errors = list(reply.deferred_errors)
+        if reply.WhichOneof("outcome") == "error" and all(e.seq != reply.error.seq for e in errors):
+            errors.append(reply.error)
+        if not errors:
+            return
+        first = errors[0]
+        where = f"{first.op} issued at {first.site}" if first.site else first.op
+        more = len(errors) - 1 + reply.dropped_errors
+        note = f" ({more} later op(s) failed too)" if more else ""
+        raise rebuild(first.type, f"{first.message}\n  [gpuremote: in {where}{note}]", first.traceback)
+
+    def close(self) -> None:
+        """Flush, end the stream (the daemon frees the session's memory) and close the channel."""
+        with self._lock:
+            if self.closed:
+                return
+            try:
+                if self.lost is None:
+                    self._flush()
+            finally:
+                self.closed = True
+                self._outbox.put(_CLOSE)
+        def drain():  # until the daemon ends the stream, so its cleanup has run when close returns
+            try:
+                for _ in self._responses:
+                    pass
+            except grpc.RpcError:
+                pass
+
+        drainer = threading.Thread(target=drain, daemon=True)
+        drainer.start()
+        drainer.join(timeout=DEFAULTS.keepalive_timeout_ms / 1000)
+        self._channel.close()
+
+
+def _no_handles(handle: int):
+    raise ProtocolError("a reply named a remote handle; replies carry host values only")

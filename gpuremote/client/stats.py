@@ -1,0 +1,39 @@
+"""Client statistics, read with gpuremote.stats(); written as JSON at exit when
+GPUREMOTE_STATS_JSON=FILE is set."""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+
+
+class Stats:
+    __slots__ = ("ops", "messages", "round_trips", "bytes_h2d", "bytes_d2h", "blocked_s")
+
+    def __init__(self):
+        self.reset()
+
+    def reset(self) -> None:
+        self.ops = 0            # ops issued (calls, uploads, fetches, releases, syncs)
+        self.messages = 0       # stream messages sent to daemons
+        self.round_trips = 0    # times the application blocked waiting for a daemon
+        self.bytes_h2d = 0
+        self.bytes_d2h = 0
+        self.blocked_s = 0.0    # wall time spent blocked on those round trips
+
+    def as_dict(self) -> dict:
+        return {name: getattr(self, name) for name in self.__slots__}
+
+
+STATS = Stats()
+
+
+def _write_at_exit() -> None:
+    path = os.environ.get("GPUREMOTE_STATS_JSON")
+    if path:
+        with open(path, "w") as f:
+            json.dump(STATS.as_dict(), f, indent=2)
+
+
+atexit.register(_write_at_exit)

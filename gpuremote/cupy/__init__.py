@@ -1,0 +1,114 @@
+"""gpuremote.cupy: a drop-in for `import cupy` whose arrays live on a gpuremote device.
+
+The namespace is generated from the surface table (gpuremote/surface.py): every module
+function forwards to the daemon. Creation from host data (array, asarray) uploads; asnumpy
+downloads. Dtype objects and dtype helpers are NumPy's, as in CuPy. This package never
+imports cupy.
+"""
+
+from __future__ import annotations
+
+import numpy as _np
+from numpy import (bool_, byte, ubyte, short, ushort, intc, uintc, int_, uint, longlong, ulonglong,  # noqa: F401
+                   int8, int16, int32, int64, uint8, uint16, uint32, uint64, intp, uintp, float16,
+                   float32, float64, half, single, double, complex64, complex128, csingle, cdouble,
+                   dtype, finfo, iinfo, can_cast, promote_types, min_scalar_type, issubdtype,
+                   isscalar, newaxis, pi, e, inf, nan, euler_gamma, generic, number, integer,
+                   signedinteger, unsignedinteger, floating, complexfloating, inexact)
+
+from gpuremote.cupy import _namespace
+from gpuremote.cupy._core import forward as _forward, from_host as _from_host, ndarray
+from gpuremote.cupy._kernel import ElementwiseKernel, RawKernel, RawModule, ReductionKernel  # noqa: F401
+from gpuremote.errors import OutOfMemoryError  # noqa: F401
+
+bool = _np.bool_  # noqa: A001  (cupy.bool, as in NumPy 2)
+
+_HOST_CREATION = frozenset({"copy", "ascontiguousarray", "asfortranarray"})
+_names = _namespace.populate(globals(), "", skip=_HOST_CREATION)
+
+
+def array(obj, dtype=None, copy=True, order="K", subok=False, ndmin=0):
+    """An array on the device from host data (list, numpy array, scalar) or another device array."""
+    if type(obj) is ndarray:
+        out = obj.astype(dtype) if dtype is not None else (_forward("copy", (obj,), {}) if copy else obj)
+        if ndmin > out.ndim:
+            out = out.reshape((1,) * (ndmin - out.ndim) + out.shape)
+        return out
+    return _from_host(_np.array(obj, dtype=dtype, ndmin=ndmin))
+
+
+def asarray(a, dtype=None, order=None):
+    """`a` itself when it is already a device array of that dtype, else a device copy."""
+    if type(a) is ndarray:
+        return a if dtype is None or _np.dtype(dtype) == a.dtype else a.astype(dtype)
+    return _from_host(_np.asarray(a, dtype=dtype))
+
+
+def asanyarray(a, dtype=None, order=None):
+    return asarray(a, dtype, order)
+
+
+def copy(a, order="K"):
+    return _forward("copy", (a,), {}) if type(a) is ndarray else _from_host(_np.array(a))
+
+
+def ascontiguousarray(a, dtype=None):
+    return _forward("ascontiguousarray", (a,), {} if dtype is None else {"dtype": dtype}) \
+        if type(a) is ndarray else _from_host(_np.ascontiguousarray(a, dtype=dtype))
+
+
+def asfortranarray(a, dtype=None):
+    return _forward("asfortranarray", (a,), {} if dtype is None else {"dtype": dtype}) \
+        if type(a) is ndarray else _from_host(_np.asfortranarray(a, dtype=dtype))
+
+
+def asnumpy(a, stream=None, order="C", out=None):
+    """A numpy.ndarray with `a`'s contents (D2H for device arrays)."""
+    if type(a) is ndarray:
+        return a.get(stream=stream, order=order, out=out)
+    if out is not None:
+        out[...] = a
+        return out
+    return _np.asarray(a, order=order)
+
+
+def get_array_module(*args):
+    """This module when any argument is a device array, else numpy (as cupy.get_array_module)."""
+    import sys
+    for a in args:
+        if type(a) is ndarray:
+            return sys.modules[__name__]
+    return _np
+
+
+def _as_dtype_like(x):
+    return _np.empty(0, x.dtype) if type(x) is ndarray else x
+
+
+def result_type(*arrays_and_dtypes):
+    return _np.result_type(*(_as_dtype_like(x) for x in arrays_and_dtypes))
+
+
+def shape(a):
+    return a.shape if type(a) is ndarray else _np.shape(a)
+
+
+def ndim(a):
+    return a.ndim if type(a) is ndarray else _np.ndim(a)
+
+
+def size(a, axis=None):
+    if type(a) is ndarray:
+        return a.size if axis is None else a.shape[axis]
+    return _np.size(a, axis)
+
+
+def __getattr__(attr):
+    if attr in ("linalg", "fft", "random", "cuda", "testing"):
+        import importlib
+        return importlib.import_module(f"{__name__}.{attr}")
+    raise _namespace.unknown_attribute(__name__, attr)
+
+
+from gpuremote.cupy import cuda, fft, linalg, random  # noqa: E402,F401  (after the names they use)
+from gpuremote.cupy.cuda.memory import get_default_memory_pool  # noqa: E402,F401

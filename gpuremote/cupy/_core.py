@@ -1,0 +1,355 @@
+"""The remote array proxy and the one path every forwarded call takes.
+
+`forward(name, args, kwargs)` routes a call to the daemon that owns its arrays, derives the
+results' metadata on the client (gpuremote.meta), queues the op and returns proxies at once.
+An `ndarray` proxy is a session plus a handle id plus (shape, dtype); releasing happens in
+`__del__`, batched with the next op. Like CuPy, a proxy refuses implicit conversion to NumPy.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import numpy
+
+from gpuremote.client import context
+from gpuremote.client.session import Session
+from gpuremote.meta import LIST_RESULTS, NOT_ARRAY, Unknown, derive, nout_of, returns_sequence
+from gpuremote.surface import SURFACE, Entry
+from gpuremote.wire.codec import check_dtype
+
+_INLINE = None  # set lazily from DEFAULTS to keep import light
+
+
+def site() -> str:
+    """'file:line' of the application code that called into gpuremote."""
+    f = sys._getframe(2)
+    while f is not None and f.f_globals.get("__name__", "").startswith("gpuremote."):
+        f = f.f_back
+    return f"{f.f_code.co_filename}:{f.f_lineno}" if f is not None else ""
+
+
+def meta_of(obj: Any):
+    if type(obj) is ndarray:
+        return None if obj._shape is None else (obj._shape, obj._dtype)
+    if isinstance(obj, numpy.ndarray):
+        return obj.shape, obj.dtype
+    return NOT_ARRAY
+
+
+def _first_proxy(args, kwargs) -> "ndarray | None":
+    for a in args:
+        if type(a) is ndarray:
+            return a
+        if type(a) in (list, tuple):
+            for b in a:
+                if type(b) is ndarray:
+                    return b
+    for v in kwargs.values():
+        if type(v) is ndarray:
+            return v
+    return None
+
+
+def _route(args, kwargs) -> tuple[Session, int, int]:
+    """(session, remote device index, process device index) an op runs on."""
+    p = _first_proxy(args, kwargs)
+    if p is not None:
+        return p._gr_session, p._gr_remote, p._gr_device
+    index = context.current_device_index()
+    ref = context.device(index)
+    return ref.session, ref.remote_index, index
+
+
+def _large_host_to_device(args: tuple, index: int) -> tuple:
+    """Host arrays too large to ride inline become temporary device arrays."""
+    global _INLINE
+    if _INLINE is None:
+        from gpuremote._config import DEFAULTS
+        _INLINE = DEFAULTS.inline_bytes
+    if not any(isinstance(a, numpy.ndarray) and a.nbytes > _INLINE for a in args):
+        return args
+    return tuple(from_host(a, index) if isinstance(a, numpy.ndarray) and a.nbytes > _INLINE else a for a in args)
+
+
+def forward(name: str, args: tuple, kwargs: dict, entry: Entry | None = None) -> Any:
+    """Run surface call `name` on the device: queued, results returned as proxies at once."""
+    if entry is None:
+        entry = SURFACE[name]
+    session, remote, index = _route(args, kwargs)
+    args = _large_host_to_device(args, index)
+    stream = context.current_stream_id(index)
+    where = site()
+    rule = entry.rule
+    if rule == "value":
+        return session.call_value(name, args, kwargs, remote, stream, where)
+    metas = derive(entry, args, kwargs, meta_of)
+    out = kwargs.get("out")
+    if rule in ("none", "self") or out is not None:
+        session.call(name, args, kwargs, (), remote, stream, where)
+        return args[0] if rule == "self" else out
+    if metas is not None:
+        n = len(metas)
+    else:
+        try:
+            n = nout_of(entry, args, kwargs, meta_of)
+        except Unknown:
+            for a in args:
+                if type(a) is ndarray:
+                    a.shape  # noqa: B018 -- fetch the metadata the count depends on
+            n = nout_of(entry, args, kwargs, meta_of)
+    handles = [session.new_handle() for _ in range(n)]
+    session.call(name, args, kwargs, handles, remote, stream, where)
+    arrays = [ndarray._wrap(session, h, remote, index, metas[i] if metas is not None else None)
+              for i, h in enumerate(handles)]
+    if returns_sequence(entry, args, n):
+        return arrays if name in LIST_RESULTS else tuple(arrays)
+    return arrays[0]
+
+
+def from_host(host: numpy.ndarray, index: int | None = None) -> "ndarray":
+    """Copy a host array to the device (H2D); queued like any op."""
+    check_dtype(host.dtype)
+    if index is None:
+        index = context.current_device_index()
+    ref = context.device(index)
+    session = ref.session
+    handle = session.new_handle()
+    session.upload(handle, host, ref.remote_index, context.current_stream_id(index), site())
+    return ndarray._wrap(session, handle, ref.remote_index, index, (tuple(host.shape), host.dtype))
+
+
+def _method(name: str):
+    entry = SURFACE[name]
+
+    def method(self, *args, **kwargs):
+        return forward(name, (self,) + args, kwargs, entry)
+
+    method.__name__ = entry.attr
+    method.__qualname__ = "ndarray." + entry.attr
+    method.__doc__ = f"Forwarded to the device: numpy.ndarray.{entry.attr} semantics."
+    return method
+
+
+def _property(name: str):
+    entry = SURFACE[name]
+    return property(lambda self: forward(name, (self,), {}, entry), doc=f"ndarray.{entry.attr} (a view)")
+
+
+class ndarray:
+    """A CuPy-compatible array whose data lives on a gpuremote device."""
+
+    __slots__ = ("_gr_session", "_gr_handle", "_gr_remote", "_gr_device", "_shape", "_dtype", "__weakref__")
+    __array_priority__ = 100.0
+    __array_ufunc__ = None      # NumPy defers to our reflected operators instead of converting us
+    __hash__ = None             # mutable, like numpy and cupy arrays
+
+    def __new__(cls, shape=None, dtype=float, *args, **kwargs):
+        if shape is None:
+            return object.__new__(cls)
+        from gpuremote.cupy import empty
+        return empty(shape, dtype)
+
+    @classmethod
+    def _wrap(cls, session, handle, remote, index, meta) -> "ndarray":
+        self = object.__new__(cls)
+        self._gr_session = session
+        self._gr_handle = handle
+        self._gr_remote = remote
+        self._gr_device = index
+        if meta is None:
+            self._shape = self._dtype = None
+        else:
+            self._shape, self._dtype = meta
+        return self
+
+    def __del__(self):
+        try:
+            self._gr_session.release(self._gr_handle)
+        except Exception:  # never raise from a finaliser (interpreter shutdown, closed session)
+            pass
+
+    # -- metadata -------------------------------------------------------------------------
+    def _describe(self) -> None:
+        handle = self._gr_handle
+
+        def fill(op):
+            op.describe.handle = handle
+        shape, dtype = self._gr_session.request(fill, self._gr_remote, context.current_stream_id(self._gr_device), site())
+        self._shape, self._dtype = shape, dtype
+
+    @property
+    def shape(self) -> tuple:
+        if self._shape is None:
+            self._describe()
+        return self._shape
+
+    @property
+    def dtype(self) -> numpy.dtype:
+        if self._dtype is None:
+            self._describe()
+        return self._dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+    @property
+    def itemsize(self) -> int:
+        return self.dtype.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    @property
+    def device(self):
+        from gpuremote.cupy.cuda import Device
+        return Device(self._gr_device)
+
+    # -- data movement --------------------------------------------------------------------
+    def get(self, stream=None, order="C", out=None, blocking=True) -> numpy.ndarray:
+        """Copy to the host (D2H) and return a numpy.ndarray (into `out` when given)."""
+        handle = self._gr_handle
+
+        def fill(op):
+            op.fetch.handle = handle
+        host = self._gr_session.request(fill, self._gr_remote, _stream_id(stream, self._gr_device), site())
+        if self._shape is None:
+            self._shape, self._dtype = host.shape, host.dtype
+        if out is not None:
+            if out.shape != host.shape:
+                raise ValueError(f"out has shape {out.shape}, the array has shape {host.shape}")
+            numpy.copyto(out, host)
+            return out
+        if order == "F":
+            return numpy.asfortranarray(host)
+        return host
+
+    def set(self, arr, stream=None) -> None:
+        """Copy host array `arr` into this array (H2D)."""
+        arr = numpy.asarray(arr)
+        if arr.shape != self.shape:
+            raise ValueError(f"shape mismatch: the host array has shape {arr.shape}, this array {self.shape}")
+        forward("copyto", (self, from_host(arr, self._gr_device)), {})
+
+    def tolist(self):
+        return self.get().tolist()
+
+    def item(self, *args):
+        return forward("ndarray.item", (self,) + args, {})
+
+    def __array__(self, *args, **kwargs):
+        raise TypeError("Implicit conversion to a NumPy array is not allowed. Please use `.get()` to construct "
+                        "a NumPy array explicitly.")
+
+    # -- Python protocol ------------------------------------------------------------------
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of unsized object")
+        return self.shape[0]
+
+    def __iter__(self):
+        if not self.shape:
+            raise TypeError("iteration over a 0-d array")
+        return (self[i] for i in range(self.shape[0]))
+
+    def _scalar(self, kind):
+        if self.size != 1:
+            if kind is bool:
+                raise ValueError("The truth value of an array with more than one element is ambiguous. "
+                                 "Use a.any() or a.all()")
+            raise TypeError("only length-1 arrays can be converted to Python scalars")
+        return kind(self.item())
+
+    def __bool__(self) -> bool:
+        return self._scalar(bool)
+
+    def __int__(self) -> int:
+        return self._scalar(int)
+
+    def __float__(self) -> float:
+        return self._scalar(float)
+
+    def __complex__(self) -> complex:
+        return self._scalar(complex)
+
+    def __index__(self) -> int:
+        if self.dtype.kind not in "iub" or self.ndim != 0:
+            raise TypeError("only integer scalar arrays can be converted to a scalar index")
+        return int(self.item())
+
+    def __repr__(self) -> str:
+        return repr(self.get())
+
+    def __str__(self) -> str:
+        return str(self.get())
+
+    def __format__(self, spec: str) -> str:
+        host = self.get()
+        return format(host[()] if host.ndim == 0 else host, spec)
+
+    def __copy__(self):
+        return self.copy()
+
+    def __deepcopy__(self, memo):
+        return self.copy()
+
+    def __reduce__(self):
+        raise TypeError("a gpuremote array cannot be pickled: send x.get() and re-create it with cupy.asarray")
+
+    def __getitem__(self, key):
+        return forward("ndarray.__getitem__", (self, key), {})
+
+    def __setitem__(self, key, value):
+        if isinstance(value, numpy.ndarray) and value.dtype.kind not in "biufc":
+            check_dtype(value.dtype)
+        forward("ndarray.__setitem__", (self, key, value), {})
+
+
+def _stream_id(stream, index: int) -> int:
+    if stream is None:
+        return context.current_stream_id(index)
+    return stream.id
+
+
+_SPECIAL = {"__getitem__", "__setitem__", "item"}
+for _name in SURFACE:
+    if _name.startswith("ndarray.") and _name[8:] not in _SPECIAL:
+        _attr = _name[8:]
+        if _attr in ("T", "real", "imag"):
+            setattr(ndarray, _attr, _property(_name))
+        else:
+            setattr(ndarray, _attr, _method(_name))
+del _name, _attr
+
+
+def service_call(name: str, args: tuple = (), index: int | None = None, stream: int | None = None,
+                 value: bool = False) -> Any:
+    """A call served by the daemon itself (cuda.*), on process device `index` (default: current)."""
+    if index is None:
+        index = context.current_device_index()
+    ref = context.device(index)
+    if stream is None:
+        stream = context.current_stream_id(index)
+    if value:
+        return ref.session.call_value(name, args, {}, ref.remote_index, stream, site())
+    ref.session.call(name, args, {}, (), ref.remote_index, stream, site())
+    return None
+
+
+def sync_device(index: int, stream: int | None) -> None:
+    """Wait for `stream` (all streams when None) of process device `index`."""
+    ref = context.device(index)
+
+    def fill(op):
+        op.sync.all_streams = stream is None
+    ref.session.request(fill, ref.remote_index, stream or 0, site())

@@ -1,0 +1,24 @@
+"""cupy.cuda for gpuremote devices: Device, Stream, Event, runtime, memory pools.
+
+Device indices are the process's: 0..N-1 over every connected daemon. Streams and events
+are ordered on the daemon; `synchronize()` and elapsed-time queries are sync points.
+"""
+
+from __future__ import annotations
+
+from gpuremote.cupy.cuda import memory, runtime  # noqa: F401
+from gpuremote.cupy.cuda._device import Device, get_device_id  # noqa: F401
+from gpuremote.cupy.cuda._stream import Event, Stream, get_current_stream, get_elapsed_time  # noqa: F401
+from gpuremote.cupy.cuda.memory import MemoryPool, OutOfMemoryError  # noqa: F401
+
+
+def is_available() -> bool:
+    """True when at least one device is reachable."""
+    try:
+        return runtime.getDeviceCount() > 0
+    except Exception:
+        return False
+
+
+def get_default_memory_pool() -> MemoryPool:
+    return memory.get_default_memory_pool()

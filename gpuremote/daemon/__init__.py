@@ -1,0 +1,1 @@
+"""The daemon: serves sessions over gRPC and runs their ops on a device backend."""

@@ -1,0 +1,129 @@
+"""The interface every device backend implements, and the memory ledger they share.
+
+A backend supplies the array namespace (`xp`: numpy or cupy), host<->device copies, the
+identity of the buffer an array lives in (for exact memory accounting: views share their
+owner's bytes), device facts, streams, events, random generators and kernels. Everything
+else (handles, sessions, limits, errors) is the daemon's and is the same for every backend.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import threading
+from typing import Any, Callable
+
+import numpy
+
+from gpuremote.errors import OutOfMemoryError
+
+
+@dataclasses.dataclass
+class DeviceProps:
+    index: int
+    name: str
+    total_memory: int
+    compute_capability: str      # "90" for 9.0, as cupy.cuda.Device.compute_capability
+    multiprocessor_count: int
+    extra: dict = dataclasses.field(default_factory=dict)
+
+    def as_properties(self) -> dict:
+        """The dict cupy.cuda.runtime.getDeviceProperties returns (the keys programs read most); the
+        client turns `name` into bytes, as CUDA gives it."""
+        major, minor = int(self.compute_capability[:-1] or 0), int(self.compute_capability[-1:] or 0)
+        props = {"name": self.name, "totalGlobalMem": self.total_memory, "major": major,
+                 "minor": minor, "multiProcessorCount": self.multiprocessor_count}
+        props.update(self.extra)
+        return props
+
+
+class DeviceMemory:
+    """Bytes in use on one device, across every session: the capacity is never exceeded."""
+
+    def __init__(self, capacity: int):
+        self.capacity = capacity
+        self.used = 0
+        self._lock = threading.Lock()
+
+    def charge(self, nbytes: int) -> None:
+        with self._lock:
+            if self.used + nbytes > self.capacity:
+                raise OutOfMemoryError(
+                    f"Out of memory allocating {nbytes:,} bytes (allocated so far: {self.used:,} bytes, "
+                    f"device capacity: {self.capacity:,} bytes).")
+            self.used += nbytes
+
+    def credit(self, nbytes: int) -> None:
+        with self._lock:
+            self.used -= nbytes
+            assert self.used >= 0, "device memory ledger went negative"
+
+    def check(self, nbytes: int) -> None:
+        """Raise OutOfMemoryError now if `nbytes` more could not fit (before running an op)."""
+        if self.used + nbytes > self.capacity:
+            raise OutOfMemoryError(
+                f"Out of memory allocating {nbytes:,} bytes (allocated so far: {self.used:,} bytes, "
+                f"device capacity: {self.capacity:,} bytes).")
+
+
+class Backend:
+    kind: str = ""
+    xp: Any = None
+
+    def __init__(self, props: list[DeviceProps]):
+        self.props = props
+        self.memory = [DeviceMemory(p.total_memory) for p in props]
+
+    # -- arrays ---------------------------------------------------------------------------
+    def is_array(self, obj: Any) -> bool:
+        raise NotImplementedError
+
+    def owner(self, arr: Any) -> tuple[Any, int]:
+        """(buffer object, its size in bytes) of the memory `arr` lives in."""
+        raise NotImplementedError
+
+    def from_host(self, arr: numpy.ndarray, device: int, owned: bool = False) -> Any:
+        """A device array with arr's contents; `owned` means arr is a fresh buffer nobody else holds."""
+        raise NotImplementedError
+
+    def to_host(self, arr: Any) -> numpy.ndarray:
+        raise NotImplementedError
+
+    def empty(self, shape: tuple, dtype: numpy.dtype, device: int) -> Any:
+        raise NotImplementedError
+
+    def resolve(self, name: str) -> Callable:
+        """The function a module-level surface name stands for ("add", "linalg.inv", "fft.fft")."""
+        raise NotImplementedError
+
+    # -- execution context ----------------------------------------------------------------
+    def activate(self, device: int, stream: int, streams: dict) -> contextlib.AbstractContextManager:
+        """Context in which an op of (device, stream) runs; `streams` is the session's stream table."""
+        return contextlib.nullcontext()
+
+    def synchronize(self, device: int, stream: int | None, streams: dict) -> None:
+        """Wait for the device's work (one stream, or all when stream is None)."""
+
+    def record_event(self, device: int, stream: int, streams: dict) -> Any:
+        raise NotImplementedError
+
+    def elapsed_ms(self, start: Any, end: Any) -> float:
+        raise NotImplementedError
+
+    def event_done(self, event: Any) -> bool:
+        return True
+
+    def mem_info(self, device: int) -> tuple[int, int]:
+        """(free, total) bytes of the device."""
+        mem = self.memory[device]
+        return mem.capacity - mem.used, mem.capacity
+
+    def random_state(self, seed: int | None) -> Any:
+        raise NotImplementedError
+
+    def kernel(self, kind: str, spec: dict) -> Callable:
+        """A compiled kernel callable (cached by the caller)."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release what the backend holds."""

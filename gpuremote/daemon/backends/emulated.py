@@ -1,0 +1,99 @@
+"""The emulated device: NumPy arrays behind the same daemon, for machines without a GPU.
+
+N pretend devices, each with a memory capacity accounted exactly by the daemon's ledger.
+Streams run in issue order (execution is serial), events record the host clock at execution,
+and CUDA kernels cannot run: calling one raises CUDADeviceRequiredError.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy
+
+from gpuremote.daemon.backends.base import Backend, DeviceProps
+from gpuremote.errors import CUDADeviceRequiredError
+from gpuremote.meta import RANDOM_DTYPES, numpy_callable
+from gpuremote._config import DEFAULTS
+
+
+class EmulatedRandom:
+    """CuPy's RandomState API over NumPy's, including the `dtype` arguments NumPy lacks."""
+
+    def __init__(self, seed):
+        self._rs = numpy.random.RandomState(seed)
+
+    def seed(self, seed=None):
+        self._rs.seed(seed)
+
+    def __getattr__(self, name):
+        fn = getattr(self._rs, name)
+        default = RANDOM_DTYPES.get(name, numpy.dtype(numpy.float64))
+
+        def call(*args, dtype=None, **kwargs):
+            if name in ("random", "random_sample", "ranf", "sample", "standard_normal") and len(args) > 1:
+                args, dtype = args[:1], args[1]
+            if name in ("randint",) and dtype is not None:
+                return numpy.asarray(fn(*args, dtype=dtype, **kwargs))
+            out = numpy.asarray(fn(*args, **kwargs))
+            if name in ("choice", "permutation", "shuffle"):
+                return out
+            return out.astype(dtype if dtype is not None else default, copy=False)
+
+        return call
+
+    def rand(self, *dims, dtype=None):
+        return self.random_sample(dims or None, dtype=dtype)
+
+    def randn(self, *dims, dtype=None):
+        return self.standard_normal(dims or None, dtype=dtype)
+
+    def shuffle(self, x):
+        self._rs.shuffle(x)
+
+
+class EmulatedBackend(Backend):
+    kind = "emulated"
+    xp = numpy
+
+    def __init__(self, count: int = 1, memory: int | None = None):
+        if count < 1:
+            raise ValueError("--emulate needs at least one device")
+        memory = DEFAULTS.emulate_memory if memory is None else memory
+        props = [DeviceProps(i, "gpuremote emulated device", memory, "00", 1) for i in range(count)]
+        super().__init__(props)
+
+    def is_array(self, obj):
+        return isinstance(obj, numpy.ndarray)
+
+    def owner(self, arr):
+        base = arr
+        while isinstance(base.base, numpy.ndarray):
+            base = base.base
+        return base, base.nbytes
+
+    def from_host(self, arr, device, owned=False):
+        return arr if owned else numpy.array(arr, copy=True, order="C")
+
+    def to_host(self, arr):
+        return arr
+
+    def empty(self, shape, dtype, device):
+        return numpy.empty(shape, dtype)
+
+    def resolve(self, name):
+        return numpy_callable(name)
+
+    def record_event(self, device, stream, streams):
+        return time.perf_counter()
+
+    def elapsed_ms(self, start, end):
+        return (end - start) * 1e3
+
+    def random_state(self, seed):
+        return EmulatedRandom(seed)
+
+    def kernel(self, kind, spec):
+        raise CUDADeviceRequiredError(
+            f"{spec.get('name', 'this kernel')}: CUDA kernels need a CUDA device, and this daemon runs the "
+            "emulated backend. Run the daemon on a GPU host (gpuremote daemon --backend cupy).")

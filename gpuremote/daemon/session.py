@@ -1,0 +1,416 @@
+"""One client session on the daemon: its handle table, memory, streams, events and op execution.
+
+Ops arrive in order and run in order. An op that fails does not stop the stream: its error
+is kept (bounded) and reported at the client's next sync point, and the handles it should
+have produced are poisoned, so ops that use them fail with the same original error instead
+of a confusing second one. All memory is accounted by buffer owner (views share their
+owner's bytes) and handed back to the device ledger when the session closes.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import time
+import traceback
+from typing import Any, Callable, Iterator
+
+import numpy
+
+from gpuremote._config import DEFAULTS
+from gpuremote.daemon.backends.base import Backend
+from gpuremote.errors import (LimitExceededError, ProtocolError, UnsupportedOperationError,
+                              wire_type_name)
+from gpuremote.meta import NOT_ARRAY, derive
+from gpuremote.surface import PROPERTIES, SURFACE
+from gpuremote.wire import pb
+from gpuremote.wire.codec import checked_shape, decode, dtype_from_wire, encode, fill_array
+
+# Rules whose result size the daemon derives itself before running the op, so that no
+# request can make the host allocate past the device's capacity.
+_PRECHECK_RULES = frozenset({"elementwise", "reduce", "accumulate", "matmul", "rmatmul", "dot",
+                             "ravel", "astype", "like", "creation", "random"})
+_STRICT_META = os.environ.get("GPUREMOTE_STRICT_META") == "1"
+_ids = itertools.count(1)
+
+
+class Poisoned(Exception):
+    """An op used a handle whose producing op failed; carries that op's error."""
+
+    def __init__(self, error: pb.Error):
+        super().__init__(error.message)
+        self.error = error
+
+
+class Session:
+    def __init__(self, backend: Backend, opened: pb.OpenSession, limits: pb.Limits):
+        self.id = f"s{next(_ids)}-{os.getpid()}"
+        self.backend = backend
+        self.client = opened
+        self.limits = limits
+        self.started = time.monotonic()
+        self.ops = 0
+        self.handles: dict[int, Any] = {}
+        self.poisoned: dict[int, pb.Error] = {}
+        self._handle_owner: dict[int, int] = {}
+        self._owners: dict[int, list] = {}      # id(owner) -> [owner, refcount, nbytes, device]
+        self.memory_used = [0] * len(backend.props)
+        self._deferred: list[pb.Error] = []
+        self._dropped = 0
+        self.streams: dict = {}
+        self._events: dict[int, Any] = {}
+        self._random: dict[int, Any] = {}
+        self._kernels: dict = {}
+
+    # -- handles and memory ---------------------------------------------------------------
+    def _resolve(self, handle: int) -> Any:
+        arr = self.handles.get(handle)
+        if arr is None:
+            err = self.poisoned.get(handle)
+            if err is not None:
+                raise Poisoned(err)
+            raise KeyError(f"unknown handle {handle}: no such array in this session")
+        return arr
+
+    def _meta_of(self, obj):
+        if self.backend.is_array(obj) or isinstance(obj, numpy.ndarray):
+            return tuple(obj.shape), obj.dtype
+        return NOT_ARRAY
+
+    def _bind(self, handles, arrays, device: int) -> None:
+        """Bind arrays to new handles, all or nothing (an OOM unbinds what this call bound)."""
+        done = []
+        try:
+            for h, arr in zip(handles, arrays):
+                if h == 0 or h in self.handles or h in self.poisoned:
+                    raise ProtocolError(f"handle {h} is already in use or reserved")
+                if len(self.handles) >= self.limits.max_handles:
+                    raise LimitExceededError(f"session holds {len(self.handles)} arrays, the limit is "
+                                             f"{self.limits.max_handles}: free arrays you no longer need")
+                owner, nbytes = self.backend.owner(arr)
+                key = id(owner)
+                rec = self._owners.get(key)
+                if rec is None:
+                    self.backend.memory[device].charge(nbytes)
+                    self._owners[key] = [owner, 1, nbytes, device]
+                    self.memory_used[device] += nbytes
+                else:
+                    rec[1] += 1
+                self.handles[h] = arr
+                self._handle_owner[h] = key
+                done.append(h)
+        except BaseException:
+            for h in done:
+                self._release(h)
+            raise
+
+    def _release(self, handle: int) -> None:
+        if self.poisoned.pop(handle, None) is not None:
+            return
+        if self.handles.pop(handle, None) is None:
+            raise KeyError(f"release of unknown handle {handle}")
+        key = self._handle_owner.pop(handle)
+        rec = self._owners[key]
+        rec[1] -= 1
+        if rec[1] == 0:
+            del self._owners[key]
+            self.backend.memory[rec[3]].credit(rec[2])
+            self.memory_used[rec[3]] -= rec[2]
+
+    def close(self) -> None:
+        """Free everything the session holds."""
+        for key, (owner, _, nbytes, device) in list(self._owners.items()):
+            self.backend.memory[device].credit(nbytes)
+        self._owners.clear()
+        self.handles.clear()
+        self._handle_owner.clear()
+        self.poisoned.clear()
+        self.memory_used = [0] * len(self.memory_used)
+        self.streams.clear()
+        self._events.clear()
+        self._kernels.clear()
+
+    # -- ops ------------------------------------------------------------------------------
+    def run_batch(self, batch: pb.OpBatch, next_message: Callable[[], pb.ClientMessage]) -> Iterator[pb.ServerMessage]:
+        if len(batch.ops) > self.limits.max_ops_per_batch:
+            self._defer(pb.Error(type="gpuremote.LimitExceededError", op="batch",
+                                 message=f"batch of {len(batch.ops)} ops exceeds the limit of "
+                                         f"{self.limits.max_ops_per_batch}; none of it was run"))
+            return
+        for op in batch.ops:
+            yield from self.run_op(op, next_message)
+
+    def run_op(self, op: pb.Op, next_message) -> Iterator[pb.ServerMessage]:
+        self.ops += 1
+        kind = op.WhichOneof("kind")
+        reply = pb.ServerMessage()
+        r = reply.reply
+        r.seq = op.seq
+        extra: Iterator[pb.ServerMessage] = iter(())
+        try:
+            if op.device >= len(self.backend.props):
+                raise ValueError(f"device {op.device} does not exist: this daemon has "
+                                 f"{len(self.backend.props)} device(s)")
+            if kind == "call":
+                value = self._call(op)
+                if op.reply:
+                    encode(value, r.value, lambda obj: None)
+            elif kind == "release":
+                for h in op.release.handles:
+                    self._release(h)
+            elif kind == "upload":
+                self._upload(op, next_message)
+            elif kind == "fetch":
+                extra = self._fetch(op, r)
+            elif kind == "describe":
+                arr = self._resolve(op.describe.handle)
+                r.meta.dtype = arr.dtype.str
+                r.meta.shape.extend(arr.shape)
+            elif kind == "sync":
+                self.backend.synchronize(op.device, None if op.sync.all_streams else op.stream, self.streams)
+                r.value.none.SetInParent()
+            else:
+                raise ProtocolError("op names no operation")
+        except _StreamBroken:
+            raise
+        except Poisoned as exc:
+            self._poison(op, exc.error)
+            if op.reply:
+                r.error.CopyFrom(exc.error)
+        except Exception as exc:
+            err = self._error(op, exc)
+            self._poison(op, err)
+            if op.reply:
+                r.error.CopyFrom(err)
+            else:
+                self._defer(err)
+        if op.reply:
+            r.deferred_errors.extend(self._deferred)
+            r.dropped_errors = self._dropped
+            self._deferred.clear()
+            self._dropped = 0
+            yield reply
+            yield from extra
+
+    def _poison(self, op: pb.Op, err: pb.Error) -> None:
+        if op.WhichOneof("kind") == "call":
+            targets = op.call.results
+        elif op.WhichOneof("kind") == "upload":
+            targets = [op.upload.handle]
+        else:
+            return
+        for h in targets:
+            if h and h not in self.handles and len(self.poisoned) < self.limits.max_handles:
+                self.poisoned[h] = err
+
+    def _defer(self, err: pb.Error) -> None:
+        if len(self._deferred) < DEFAULTS.max_deferred_errors:
+            self._deferred.append(err)
+        else:
+            self._dropped += 1
+
+    @staticmethod
+    def _error(op: pb.Op, exc: Exception) -> pb.Error:
+        name = op.call.name if op.WhichOneof("kind") == "call" else (op.WhichOneof("kind") or "op")
+        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__, limit=8))
+        message = str(exc) if not isinstance(exc, KeyError) else str(exc.args[0] if exc.args else exc)
+        return pb.Error(type=wire_type_name(exc), message=message[:4096], seq=op.seq, op=name[:128],
+                        site=op.site[:512], traceback=tb[-4096:])
+
+    def _call(self, op: pb.Op) -> Any:
+        call = op.call
+        entry = SURFACE.get(call.name)
+        if entry is None:
+            raise UnsupportedOperationError(f"{call.name[:100]!r} is not in gpuremote's API surface table; "
+                                            "the daemon runs only the names listed there")
+        if len(call.kwarg_names) != len(call.kwarg_values):
+            raise ProtocolError("malformed call: kwarg_names and kwarg_values differ in length")
+        args = tuple(decode(v, self._resolve) for v in call.args)
+        kwargs = {k: decode(v, self._resolve) for k, v in zip(call.kwarg_names, call.kwarg_values)}
+        if len(kwargs) != len(call.kwarg_names):
+            raise ProtocolError("malformed call: a keyword argument is repeated")
+        if entry.rule in ("none", "self", "value") and call.results:
+            raise ProtocolError(f"{call.name} returns no array, but the op names result handles")
+        device = op.device
+        with self.backend.activate(device, op.stream, self.streams):
+            if entry.rule in _PRECHECK_RULES and call.results:
+                metas = derive(entry, args, kwargs, self._meta_of)
+                if metas:
+                    need = sum(math.prod(s) * dt.itemsize for s, dt in metas)
+                    self.backend.memory[device].check(need)
+            result = self._invoke(entry, call.name, args, kwargs, op)
+            if entry.rule == "value":
+                return self._to_value(result)
+            if not call.results:
+                return None
+            items = list(result) if isinstance(result, (tuple, list)) else [result]
+            if len(items) != len(call.results):
+                raise ProtocolError(f"{call.name} returned {len(items)} array(s), the client expected "
+                                    f"{len(call.results)}")
+            xp = self.backend.xp
+            items = [x if self.backend.is_array(x) else xp.asarray(x) for x in items]
+            if _STRICT_META:
+                self._check_meta(entry, args, kwargs, items)
+            self._bind(call.results, items, device)
+        return None
+
+    def _check_meta(self, entry, args, kwargs, items) -> None:
+        metas = derive(entry, args, kwargs, self._meta_of)
+        if metas is not None:
+            actual = [(tuple(x.shape), x.dtype) for x in items]
+            if actual != list(metas):
+                raise AssertionError(f"metadata rule for {entry.name} derived {metas}, the op produced {actual}")
+
+    def _invoke(self, entry, name: str, args: tuple, kwargs: dict, op: pb.Op) -> Any:
+        if name.startswith(("cuda.", "kernel.")) or name == "ndarray.item":
+            return self._service(name, args, kwargs, op)
+        if name.startswith("ndarray."):
+            if not args or not self.backend.is_array(args[0]):
+                raise TypeError(f"{name} needs an array as its first argument")
+            attr = entry.attr
+            if attr in PROPERTIES:
+                return getattr(args[0], attr)
+            if attr == "__getitem__":
+                return self._getitem(args[0], args[1])
+            result = getattr(args[0], attr)(*args[1:], **kwargs)
+            if result is NotImplemented:
+                raise TypeError(f"unsupported operand type(s) for {attr}")
+            return result
+        if name.startswith("random."):
+            rs = self._random_state(op.device)
+            attr = entry.attr
+            if attr == "seed":
+                return rs.seed(*args, **kwargs)
+            return getattr(rs, attr)(*args, **kwargs)
+        return self.backend.resolve(name)(*args, **kwargs)
+
+    def _getitem(self, arr, key):
+        result = arr[key]
+        if not self.backend.is_array(result):
+            # CuPy returns a 0-d view for an integer index; NumPy a scalar copy. Keep CuPy's view.
+            result = arr[(key if isinstance(key, tuple) else (key,)) + (Ellipsis,)]
+        return result
+
+    def _random_state(self, device: int):
+        rs = self._random.get(device)
+        if rs is None:
+            rs = self._random[device] = self.backend.random_state(None)
+        return rs
+
+    def _to_value(self, result):
+        if self.backend.is_array(result):
+            return numpy.asarray(self.backend.to_host(result))
+        return result
+
+    def _service(self, name: str, args: tuple, kwargs: dict, op: pb.Op) -> Any:
+        backend, device = self.backend, op.device
+        if name == "ndarray.item":
+            return args[0].item(*args[1:])
+        if name == "cuda.runtime.getDeviceCount":
+            return len(backend.props)
+        if name == "cuda.runtime.getDeviceProperties":
+            index = int(args[0])
+            if not 0 <= index < len(backend.props):
+                raise ValueError(f"device {index} does not exist: this daemon has {len(backend.props)} device(s)")
+            return backend.props[index].as_properties()
+        if name == "cuda.runtime.memGetInfo":
+            return backend.mem_info(device)
+        if name in ("cuda.MemoryPool.used_bytes", "cuda.MemoryPool.total_bytes"):
+            return self.memory_used[device]
+        if name == "cuda.MemoryPool.free_all_blocks":
+            return None  # released arrays are freed at once: there are no cached blocks
+        if name == "cuda.Event.record":
+            if len(self._events) >= 65536 and args[0] not in self._events:
+                raise LimitExceededError("too many events in one session (65536)")
+            self._events[int(args[0])] = backend.record_event(device, op.stream, self.streams)
+            return None
+        if name in ("cuda.Event.elapsed", "cuda.Event.query"):
+            events = []
+            for a in args:
+                if int(a) not in self._events:
+                    raise ValueError("the event has not been recorded yet: call record() first")
+                events.append(self._events[int(a)])
+            if name == "cuda.Event.query":
+                return backend.event_done(events[0])
+            return backend.elapsed_ms(events[0], events[1])
+        if name.startswith("kernel."):
+            return self._kernel(name.partition(".")[2], args, kwargs)
+        raise UnsupportedOperationError(f"{name} is not served by this daemon")
+
+    def _kernel(self, kind: str, args: tuple, kwargs: dict) -> Any:
+        spec = args[0]
+        if not isinstance(spec, dict) or not all(isinstance(v, (str, tuple, list, type(None), bool, int))
+                                                 for v in spec.values()):
+            raise TypeError("malformed kernel description")
+        size = sum(len(v) for v in spec.values() if isinstance(v, str))
+        if size > DEFAULTS.max_kernel_source_bytes:
+            raise LimitExceededError(f"kernel source of {size} bytes exceeds the limit of "
+                                     f"{DEFAULTS.max_kernel_source_bytes}")
+        kind = "elementwise" if kind == "elementwise_into" else kind
+        key = (kind, tuple(sorted((k, str(v)) for k, v in spec.items())))
+        fn = self._kernels.get(key)
+        if fn is None:
+            fn = self.backend.kernel(kind, spec)
+            if len(self._kernels) < 1024:
+                self._kernels[key] = fn
+        return fn(*args[1:], **kwargs)
+
+    # -- bulk bytes -----------------------------------------------------------------------
+    def _upload(self, op: pb.Op, next_message) -> None:
+        up = op.upload
+        dtype = dtype_from_wire(up.meta.dtype)
+        memory = self.backend.memory[op.device]
+        shape = checked_shape(up.meta.shape, dtype.itemsize, memory.capacity)
+        nbytes = math.prod(shape) * dtype.itemsize
+        memory.check(nbytes)
+        if up.chunks == 0:
+            if len(up.data) != nbytes:
+                raise ValueError(f"upload of {len(up.data)} bytes for shape {shape} of {dtype} ({nbytes} bytes)")
+            host = numpy.frombuffer(up.data, dtype).reshape(shape)
+            owned = False
+        else:
+            host = numpy.empty(nbytes, numpy.uint8)
+            offset = 0
+            for _ in range(up.chunks):
+                msg = next_message()
+                if msg is None or msg.WhichOneof("kind") != "chunk" or msg.chunk.seq != op.seq \
+                        or msg.chunk.offset != offset or offset + len(msg.chunk.data) > nbytes:
+                    raise _StreamBroken(f"upload for op {op.seq}: expected chunk at offset {offset}, got "
+                                        "something else; the session's stream is out of step")
+                host[offset:offset + len(msg.chunk.data)] = numpy.frombuffer(msg.chunk.data, numpy.uint8)
+                offset += len(msg.chunk.data)
+            if offset != nbytes:
+                raise ValueError(f"upload for op {op.seq} delivered {offset} of {nbytes} bytes")
+            host = host.view(dtype).reshape(shape)
+            owned = True
+        with self.backend.activate(op.device, op.stream, self.streams):
+            arr = self.backend.from_host(host, op.device, owned)
+            self._bind([up.handle], [arr], op.device)
+
+    def _fetch(self, op: pb.Op, r: pb.Reply) -> Iterator[pb.ServerMessage]:
+        arr = self._resolve(op.fetch.handle)
+        with self.backend.activate(op.device, op.stream, self.streams):
+            host = numpy.asarray(self.backend.to_host(arr), order="C")
+        chunk = self.limits.chunk_bytes
+        if host.nbytes <= DEFAULTS.inline_bytes:
+            fill_array(r.value.array, host)
+            return iter(())
+        n = -(-host.nbytes // chunk)
+        r.chunked.meta.dtype = host.dtype.str
+        r.chunked.meta.shape.extend(host.shape)
+        r.chunked.chunks = n
+        return self._chunks(op.seq, host.reshape(-1).view(numpy.uint8), chunk, n)
+
+    @staticmethod
+    def _chunks(seq: int, flat: numpy.ndarray, chunk: int, n: int) -> Iterator[pb.ServerMessage]:
+        for i in range(n):
+            m = pb.ServerMessage()
+            m.chunk.seq = seq
+            m.chunk.offset = i * chunk
+            m.chunk.data = flat[i * chunk:(i + 1) * chunk].tobytes()
+            yield m
+
+
+class _StreamBroken(ProtocolError):
+    """The client's stream is out of step (a chunk missing or misplaced): the session must end."""

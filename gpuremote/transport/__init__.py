@@ -1,0 +1,1 @@
+"""Byte paths between client and daemon. Today: the gRPC stream (control, ops, chunked bulk bytes)."""

@@ -1,0 +1,49 @@
+"""gRPC channel and server options shared by both ends, and the mapping of gRPC failures.
+
+Keepalive pings make a vanished peer visible within keepalive_ms + keepalive_timeout_ms even
+when no op is in flight; message limits match the daemon's so neither side sends what the
+other would refuse.
+"""
+
+from __future__ import annotations
+
+import grpc
+
+from gpuremote._config import DEFAULTS
+from gpuremote.errors import DeviceLostError, LimitExceededError, ProtocolError
+
+
+def options(max_message: int = DEFAULTS.max_message_bytes) -> list[tuple[str, int]]:
+    return [
+        ("grpc.max_receive_message_length", max_message),
+        ("grpc.max_send_message_length", max_message),
+        ("grpc.keepalive_time_ms", DEFAULTS.keepalive_ms),
+        ("grpc.keepalive_timeout_ms", DEFAULTS.keepalive_timeout_ms),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.min_ping_interval_without_data_ms", 1000),
+        ("grpc.http2.max_pings_without_data", 0),
+    ]
+
+
+def open_channel(address: str, timeout: float = DEFAULTS.connect_timeout_s) -> grpc.Channel:
+    """A connected channel to `address`, or DeviceLostError naming the address within `timeout` s."""
+    channel = grpc.insecure_channel(address, options=options())
+    try:
+        grpc.channel_ready_future(channel).result(timeout=timeout)
+    except grpc.FutureTimeoutError:
+        channel.close()
+        raise DeviceLostError(f"cannot reach a gpuremote daemon at {address} within {timeout:g} s: check that "
+                              "`gpuremote daemon` runs there and that the address and port are right") from None
+    return channel
+
+
+def translate(exc: grpc.RpcError, address: str) -> Exception:
+    """The gpuremote error a failed stream stands for."""
+    code = exc.code() if hasattr(exc, "code") else None
+    details = exc.details() if hasattr(exc, "details") else str(exc)
+    if code in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.INVALID_ARGUMENT):
+        return ProtocolError(f"the daemon at {address} refused the session: {details}")
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return LimitExceededError(f"the daemon at {address} refused: {details}")
+    return DeviceLostError(f"lost the connection to the gpuremote daemon at {address} ({details}); the devices "
+                           "it serves and the arrays on them are gone")

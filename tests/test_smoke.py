@@ -1,0 +1,31 @@
+"""End-to-end basics through a real daemon process."""
+
+import numpy as np
+import pytest
+
+
+def test_roundtrip_values(cp):
+    host = np.arange(12, dtype=np.float32).reshape(3, 4)
+    x = cp.asarray(host)
+    assert x.shape == (3, 4) and x.dtype == np.float32
+    np.testing.assert_array_equal(x.get(), host)
+    np.testing.assert_array_equal(((x * 2) + 1).get(), host * 2 + 1)
+
+
+def test_zero_d_stays_zero_d(cp):
+    s = cp.arange(5).sum()
+    assert s.shape == ()
+    assert s.get().shape == ()
+    assert int(s) == 10
+
+
+def test_error_names_op_and_line(cp):
+    bad = cp.linalg.inv(cp.zeros((3, 3)))
+    with pytest.raises(np.linalg.LinAlgError) as info:
+        bad.get()
+    assert "linalg.inv" in str(info.value) and "test_smoke.py" in str(info.value)
+
+
+def test_shape_error_raises_at_the_line(cp):
+    with pytest.raises(ValueError):
+        cp.ones(3) + cp.ones(4)
