@@ -5,6 +5,12 @@ by a `gpuremote daemon`. `gpuremote.connect("host:port")` picks the daemon expli
 otherwise GPUREMOTE_DAEMON=host:port is read at first use.
 """
 
+import os as _os
+
+# gRPC keeps working in a child forked by multiprocessing only with fork support on, and it
+# must be on before grpc is first imported.
+_os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "1")
+
 __version__ = "0.1.0"
 
 

@@ -29,6 +29,10 @@ def generate(out_dir: pathlib.Path) -> None:
     ]
     if protoc.main(args) != 0:
         raise SystemExit("protoc failed")
+    # Messages-only files get an empty *_pb2_grpc.py: drop it, nothing imports it.
+    for empty in (out_dir / "gpuremote" / "v1").glob("*_pb2_grpc.py"):
+        if "class " not in empty.read_text():
+            empty.unlink()
 
 
 if __name__ == "__main__":

@@ -25,16 +25,52 @@ class DeviceRef:
 _lock = threading.Lock()
 _sessions: list[Session] = []
 _devices: list[DeviceRef] = []
+_addresses: list[str] = []      # what connect() was given, so a forked child can reconnect
 _local = threading.local()
 
 
-def connect(address: str, **kwargs) -> Session:
-    """Open a session with the daemon at `address`; its devices join this process's device list."""
+def _after_fork_in_child() -> None:
+    """A forked child cannot use its parent's gRPC streams: forget them (without closing what
+    the parent still uses) and reconnect to the same daemons at first use."""
+    global _lock, _local
+    _lock = threading.Lock()
+    _local = threading.local()
+    for s in _sessions:
+        s.forked()
+    _sessions.clear()
+    _devices.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def connect(address: str, indices: list[int] | None = None, **kwargs) -> Session:
+    """Open a session with the daemon at `address`; its devices (all, or `indices` in that
+    order) join this process's device list."""
     session = Session(address, **kwargs)
+    offered = [d.index for d in session.devices]
+    chosen = offered if indices is None else list(indices)
+    missing = [i for i in chosen if i not in offered]
+    if missing:
+        session.close()
+        raise ValueError(f"the daemon at {address} has no device {missing[0]} (it has {offered})")
     with _lock:
+        if address not in _addresses:
+            _addresses.append(address)
         _sessions.append(session)
-        _devices.extend(DeviceRef(session, d.index) for d in session.devices)
+        _devices.extend(DeviceRef(session, i) for i in chosen)
     return session
+
+
+def _parse_devices(spec: str) -> list[tuple[str, list[int]]]:
+    """'h:p/0,h:p/1,g:q/0' -> [('h:p', [0, 1]), ('g:q', [0])], keeping first-seen order."""
+    grouped: dict[str, list[int]] = {}
+    for entry in filter(None, (e.strip() for e in spec.split(","))):
+        address, sep, index = entry.rpartition("/")
+        if not sep or not index.isdigit() or ":" not in address:
+            raise ValueError(f"GPUREMOTE_DEVICES entry {entry!r} is not host:port/index")
+        grouped.setdefault(address, []).append(int(index))
+    return list(grouped.items())
 
 
 def disconnect() -> None:
@@ -42,14 +78,19 @@ def disconnect() -> None:
         sessions = list(_sessions)
         _sessions.clear()
         _devices.clear()
+        _addresses.clear()
     for s in sessions:
         s.close()
 
 
 def devices() -> list[DeviceRef]:
-    """The process's devices, connecting to GPUREMOTE_DAEMON (comma-separated list) at first use."""
+    """The process's devices, connecting at first use to GPUREMOTE_DEVICES (host:port/index list,
+    set by `gpuremote run`) or else to every device of GPUREMOTE_DAEMON (host:port list)."""
+    if not _devices and not _addresses and os.environ.get("GPUREMOTE_DEVICES"):
+        for address, indices in _parse_devices(os.environ["GPUREMOTE_DEVICES"]):
+            connect(address, indices)
     if not _devices:
-        addresses = os.environ.get("GPUREMOTE_DAEMON", "")
+        addresses = ",".join(_addresses) or os.environ.get("GPUREMOTE_DAEMON", "")
         if not addresses:
             raise RuntimeError("gpuremote has no daemon to talk to: start one with `gpuremote daemon`, then set "
                                "GPUREMOTE_DAEMON=host:port or call gpuremote.connect('host:port')")

@@ -1,11 +1,13 @@
 """Client statistics, read with gpuremote.stats(); written as JSON at exit when
-GPUREMOTE_STATS_JSON=FILE is set."""
+GPUREMOTE_STATS_JSON=FILE is set (and into GPUREMOTE_STATS_DIR, one file per process, which
+`gpuremote run` uses to sum the statistics of every Python process of a command)."""
 
 from __future__ import annotations
 
 import atexit
 import json
 import os
+import sys
 
 
 class Stats:
@@ -30,10 +32,17 @@ STATS = Stats()
 
 
 def _write_at_exit() -> None:
-    path = os.environ.get("GPUREMOTE_STATS_JSON")
-    if path:
-        with open(path, "w") as f:
-            json.dump(STATS.as_dict(), f, indent=2)
+    paths = [os.environ.get("GPUREMOTE_STATS_JSON")]
+    if os.environ.get("GPUREMOTE_STATS_DIR"):
+        paths.append(os.path.join(os.environ["GPUREMOTE_STATS_DIR"], f"stats-{os.getpid()}.json"))
+    if STATS.ops == 0 and os.environ.get("GPUREMOTE_STATS_DIR") and not os.environ.get("GPUREMOTE_STATS_JSON"):
+        return
+    for path in filter(None, paths):
+        try:
+            with open(path, "w") as f:
+                json.dump(STATS.as_dict(), f, indent=2)
+        except OSError as exc:
+            print(f"gpuremote: cannot write statistics to {path}: {exc}", file=sys.stderr)
 
 
 atexit.register(_write_at_exit)

@@ -1,0 +1,122 @@
+"""The `gpuremote run` command (options, validation, the statistics summary)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import click
+
+from gpuremote._config import parse_size
+
+
+def _fraction(ctx, param, value):
+    if value is not None and not 0 < value <= 1:
+        raise click.BadParameter(f"{value} is not a fraction of a device: use a number in (0, 1], e.g. 0.5")
+    return value
+
+
+def _memory(ctx, param, value):
+    if value is None:
+        return None
+    try:
+        size = parse_size(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc))
+    if size <= 0:
+        raise click.BadParameter("must be more than 0 bytes, e.g. 4GiB")
+    return size
+
+
+def _addresses(ctx, param, value):
+    if value is None:
+        return None
+    out = [a.strip() for a in value.split(",") if a.strip()]
+    for a in out:
+        host, sep, port = a.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise click.BadParameter(f"{a!r} is not HOST:PORT")
+    if not out:
+        raise click.BadParameter("give at least one HOST:PORT")
+    return out
+
+
+@click.command(context_settings={"ignore_unknown_options": False, "allow_interspersed_args": False})
+@click.option("-n", "--num-devices", "count", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Number of devices the command gets (cupy.cuda.Device(0..n-1)).")
+@click.option("-p", "--partial", "fraction", type=float, callback=_fraction, metavar="FRACTION",
+              help="Share of each device, in (0, 1]: that share of its memory (and, through a pool, of its compute time).")
+@click.option("-m", "--memory", callback=_memory, metavar="SIZE",
+              help="Memory of each device instead of a share, e.g. 4GiB.")
+@click.option("--daemon", "daemons", callback=_addresses, metavar="ADDR[,ADDR...]",
+              help="Use these daemons' devices (default: GPUREMOTE_DAEMON).")
+@click.option("--pool", metavar="ADDR", help="Allocate through a pool (default: GPUREMOTE_POOL).")
+@click.option("--local", is_flag=True, help="Start an embedded daemon for this command (the default when "
+                                           "nothing is configured): the host's GPU, else an emulated device.")
+@click.option("--wait", type=click.FloatRange(min=0), default=0, show_default=True, metavar="SECONDS",
+              help="How long to wait in the pool's queue for free capacity.")
+@click.option("--stats", "show_stats", is_flag=True, help="Print a summary of ops, round trips and bytes at exit.")
+@click.option("--stats-json", type=click.Path(dir_okay=False, writable=True), metavar="FILE",
+              help="Write the summary as JSON.")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def run(count, fraction, memory, daemons, pool, local, wait, show_stats, stats_json, command):
+    """Run COMMAND with `import cupy` served by gpuremote devices.
+
+    \b
+      gpuremote run -- python train.py              embedded daemon (GPU or emulated)
+      gpuremote run -n 2 --daemon gpu1:7200 -- python train.py
+      gpuremote run -m 2GiB --stats -- python train.py
+
+    The command's exit code, output and signals behave as if it ran directly; its devices are
+    released when it exits, also when it crashes or is killed.
+    """
+    from gpuremote import launcher
+
+    if fraction is not None and memory is not None:
+        raise click.UsageError("give either -p/--partial or -m/--memory, not both")
+    pool = pool or os.environ.get("GPUREMOTE_POOL")
+    if daemons is None and not local and os.environ.get("GPUREMOTE_DAEMON") and not pool:
+        daemons = _addresses(None, None, os.environ["GPUREMOTE_DAEMON"])
+    if sum(bool(x) for x in (daemons, pool, local)) > 1:
+        raise click.UsageError("choose one source of devices: --daemon, --pool or --local")
+    request = launcher.Request(count, fraction, memory)
+    embedded = None
+    try:
+        if pool:
+            raise launcher.LaunchError("this gpuremote build has no pool manager yet: use --daemon ADDR or --local")
+        if daemons:
+            devices = launcher.devices_from_daemons(daemons, request)
+        else:
+            embedded = launcher.EmbeddedDaemon(request)
+            devices = embedded.devices
+        status, stats = launcher.run_command(list(command), devices)
+    except launcher.LaunchError as exc:
+        raise click.ClickException(str(exc))
+    finally:
+        if embedded is not None:
+            embedded.stop()
+    if stats_json:
+        with open(stats_json, "w") as f:
+            json.dump(stats, f, indent=2)
+    if show_stats:
+        _print_stats(stats)
+    sys.exit(launcher.exit_like(status))
+
+
+def _print_stats(stats: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    table = Table(title="gpuremote statistics", show_header=False)
+    rows = [("processes using devices", f"{stats.get('processes', 0)}"),
+            ("ops issued", f"{stats.get('ops', 0):,}"),
+            ("messages sent", f"{stats.get('messages', 0):,}"),
+            ("blocking round trips", f"{stats.get('round_trips', 0):,}"),
+            ("time blocked on the network", f"{stats.get('blocked_s', 0.0):.3f} s"),
+            ("bytes host to device", f"{stats.get('bytes_h2d', 0):,}"),
+            ("bytes device to host", f"{stats.get('bytes_d2h', 0):,}")]
+    if "peak_memory" in stats:
+        rows.append(("peak device memory", f"{stats['peak_memory']:,} bytes"))
+    for k, v in rows:
+        table.add_row(k, v)
+    Console(stderr=True).print(table)

@@ -1,0 +1,151 @@
+"""`gpuremote run`: run an unmodified command on remote or emulated GPUs.
+
+The command runs as a child process with the cupy import hook on its PYTHONPATH and its
+devices named in GPUREMOTE_DEVICES ("host:port/index,..."); Python processes it starts
+inherit both. Devices come from explicit daemons (--daemon) or from a daemon embedded in
+this process (--local, the default when nothing is configured), which is stopped at exit.
+The child's exit status is passed on unchanged, a death by signal included.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import tempfile
+
+import grpc
+
+from gpuremote._config import DEFAULTS
+
+HOOK_DIR = str(pathlib.Path(__file__).resolve().parent / "hook" / "site")
+_FORWARDED = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+
+
+class LaunchError(Exception):
+    """Devices could not be obtained; the message says why and what to do."""
+
+
+@dataclasses.dataclass
+class Request:
+    count: int = 1
+    fraction: float | None = None
+    memory: int | None = None
+
+
+def daemon_devices(address: str, timeout: float = 5.0):
+    """The InfoReply of the daemon at `address`, or LaunchError within `timeout` seconds."""
+    from gpuremote.v1 import daemon_pb2_grpc
+    from gpuremote.wire import pb
+    try:
+        with grpc.insecure_channel(address) as channel:
+            return daemon_pb2_grpc.DaemonStub(channel).Info(pb.InfoRequest(), timeout=timeout)
+    except grpc.RpcError as exc:
+        raise LaunchError(f"cannot reach a gpuremote daemon at {address} ({exc.code().name.lower()}): check that "
+                          "`gpuremote daemon` runs there and that the address is right") from None
+
+
+def devices_from_daemons(addresses: list[str], request: Request) -> list[str]:
+    """The first `count` devices offered by the daemons, as 'address/index' entries."""
+    if request.fraction is not None or request.memory is not None:
+        raise LaunchError("-p/-m ask for a fraction of a device, which only a pool can grant on a shared daemon; "
+                          "use --pool, or --local for an embedded device of that size")
+    found = []
+    for address in addresses:
+        info = daemon_devices(address)
+        found.extend(f"{address}/{d.index}" for d in info.devices)
+    if len(found) < request.count:
+        raise LaunchError(f"asked for {request.count} device(s), but {', '.join(addresses)} offer(s) only {len(found)}")
+    return found[:request.count]
+
+
+class EmbeddedDaemon:
+    """A daemon in this process on a free loopback port, for --local."""
+
+    def __init__(self, request: Request, backend: str = "auto"):
+        from gpuremote.daemon.backends import create
+        from gpuremote.daemon.server import DaemonServer
+        memory = DEFAULTS.emulate_memory
+        if request.memory is not None:
+            memory = request.memory
+        elif request.fraction is not None:
+            memory = int(memory * request.fraction)
+        self.backend = create(backend, None, request.count, memory)
+        if len(self.backend.props) < request.count:
+            raise LaunchError(f"asked for {request.count} device(s), this host has {len(self.backend.props)}")
+        self.server = DaemonServer(self.backend, "127.0.0.1:0").start()
+        self.devices = [f"{self.server.address}/{i}" for i in range(request.count)]
+
+    def stop(self) -> None:
+        self.server.stop(grace=1.0)
+
+
+def _child_env(devices: list[str], stats_dir: str) -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = HOOK_DIR + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["GPUREMOTE_DEVICES"] = ",".join(devices)
+    env.pop("GPUREMOTE_DAEMON", None)
+    env["GPUREMOTE_STATS_DIR"] = stats_dir
+    env.setdefault("GRPC_ENABLE_FORK_SUPPORT", "1")
+    return env
+
+
+def collect_stats(stats_dir: str) -> dict:
+    """Sum the statistics every Python process of the command wrote at exit."""
+    total: dict = {"processes": 0}
+    for path in pathlib.Path(stats_dir).glob("stats-*.json"):
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        total["processes"] += 1
+        for key, value in data.items():
+            if key == "peak_memory":
+                total[key] = max(total.get(key, 0), value)
+            elif isinstance(value, (int, float)):
+                total[key] = total.get(key, 0) + value
+    return total
+
+
+def run_command(command: list[str], devices: list[str]) -> tuple[int, dict]:
+    """Run `command` on `devices`; returns (exit status as subprocess gives it, statistics)."""
+    with tempfile.TemporaryDirectory(prefix="gpuremote-stats-") as stats_dir:
+        try:
+            child = subprocess.Popen(command, env=_child_env(devices, stats_dir))
+        except FileNotFoundError:
+            raise LaunchError(f"command not found: {command[0]}") from None
+        except PermissionError:
+            raise LaunchError(f"command is not executable: {command[0]}") from None
+        previous = {}
+
+        def forward(signum, frame):
+            try:
+                child.send_signal(signum)
+            except ProcessLookupError:
+                pass
+        # Ctrl-C reaches the child from the terminal (same process group): the wrapper must not
+        # die first, or the devices could be released under a child still cleaning up.
+        previous[signal.SIGINT] = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        for sig in _FORWARDED:
+            previous[sig] = signal.signal(sig, forward)
+        try:
+            status = child.wait()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        return status, collect_stats(stats_dir)
+
+
+def exit_like(status: int) -> int:
+    """Leave the way the child left: by the same signal, or with the same exit code."""
+    if status < 0:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        signal.signal(-status, signal.SIG_DFL)
+        os.kill(os.getpid(), -status)
+        return 128 - status  # not reached for fatal signals
+    return status
