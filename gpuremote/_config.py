@@ -61,6 +61,30 @@ class Defaults:
     connect_timeout_s: float = 10.0
     # Largest kernel source accepted.
     max_kernel_source_bytes: int = 1 * 2**20
+    # --- pool manager (`gpuremote pool`) ---
+    # Lease lifetime without renewal: a crashed client's devices come back within this long.
+    # Clients renew every third of it, so 30 s survives two lost renewals in a row.
+    pool_lease_ttl_s: float = 30.0
+    # Heartbeat period the pool asks of its daemons: the usage `smi` shows is at most this old.
+    pool_heartbeat_s: float = 5.0
+    # A host silent this long (6 missed heartbeats) is shown stale and gets no new placements:
+    # a daemon restart or a network blip keeps its host, a dead daemon stops receiving work.
+    pool_stale_after_s: float = 30.0
+    # Period of the expiry sweep: a lease's capacity is free at most this long after it expires.
+    pool_sweep_s: float = 0.25
+    # Allocate requests waiting in the queue at once; each holds one server thread while it waits.
+    pool_max_waiting: int = 256
+    # Longest wait_s honoured; a client that wants to wait longer asks again.
+    pool_max_wait_s: float = 3600.0
+    # Largest device memory a daemon may report: today's largest GPUs have ~192 GB, so 16 TiB
+    # leaves ample headroom yet refuses garbage such as 2**64-1 from a broken daemon.
+    pool_max_device_bytes: int = 16 * 2**40
+    # Devices one host may register: real servers have 8-16; 64 matches `daemon --emulate`.
+    pool_max_devices: int = 64
+    # Longest host id, address, name, filter or transport text, and most filters or transports
+    # in one message: far above real use, small enough that one message cannot bloat the state.
+    pool_max_text_chars: int = 256
+    pool_max_items: int = 32
 
 
 def _from_env(base: Defaults) -> Defaults:

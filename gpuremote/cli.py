@@ -37,7 +37,10 @@ def _device_list(ctx, param, value):
 
 def _listen(ctx, param, value):
     host, sep, port = value.rpartition(":")
-    if not sep or not host or not port.isdigit() or int(port) > 65535:
+    if sep and host and port.isdigit() and int(port) > 65535:
+        raise click.BadParameter(f"port {int(port)} in {value!r} is out of range: use a port from 1 to 65535, "
+                                 "or 0 for any free port")
+    if not sep or not host or not port.isdigit():
         raise click.BadParameter(f"{value!r} is not HOST:PORT (e.g. 127.0.0.1:7200, 0.0.0.0:7200, or port 0 "
                                  "for any free port)")
     return value
@@ -80,11 +83,16 @@ def daemon(listen, backend, devices, emulate, emulate_memory, max_sessions, verb
     try:
         dev = create(backend, devices, emulate, emulate_memory)
     except Exception as exc:
-        raise click.ClickException(f"cannot start the {backend} backend: {exc}")
+        hint = (": install CuPy for this machine's CUDA (pip install 'gpuremote[gpu]') and check that "
+                "nvidia-smi sees the GPUs, or serve emulated devices with --backend emulated"
+                if backend == "cupy" and not isinstance(exc, ValueError) else "")
+        raise click.ClickException(f"cannot start the {backend} backend ({exc}){hint}")
     try:
         server = DaemonServer(dev, listen, max_sessions).start()
     except (OSError, RuntimeError) as exc:
-        raise click.ClickException(f"cannot listen on {listen}: {exc}")
+        raise click.ClickException(f"cannot listen on {listen}: {exc}. Is the port already in use (another "
+                                   "gpuremote daemon?) or HOST not an address of this machine? Pick a free port "
+                                   "(or port 0 for any) and a local address such as 127.0.0.1 or 0.0.0.0")
     names = ", ".join(f"{p.index}: {p.name} ({p.total_memory / 2**30:.1f} GiB)" for p in dev.props)
     click.echo(f"gpuremote daemon {__version__} listening on {server.address} "
                f"(backend {dev.kind}; devices {names})", err=False)
@@ -96,6 +104,12 @@ def daemon(listen, backend, devices, emulate, emulate_memory, max_sessions, verb
     server.stop(grace=2.0)
     click.echo("gpuremote daemon stopped")
 
+
+from gpuremote.cli_pool import pool  # noqa: E402
+from gpuremote.cli_run import run  # noqa: E402
+
+main.add_command(run)
+main.add_command(pool)
 
 if __name__ == "__main__":
     main()

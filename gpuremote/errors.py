@@ -43,6 +43,10 @@ class LimitExceededError(GpuremoteError, ValueError):
     """A request went past one of the documented limits (handles, rank, message size, ...)."""
 
 
+class GrantError(GpuremoteError, PermissionError):
+    """A pool grant was refused: bad signature, malformed, or expired."""
+
+
 class OutOfMemoryError(MemoryError):
     """Device memory would be exceeded; the same role as cupy.cuda.memory.OutOfMemoryError."""
 
@@ -60,7 +64,7 @@ KNOWN_TYPES.update({
     "cupy.cuda.memory.OutOfMemoryError": OutOfMemoryError,
 })
 for _t in (RemoteError, DeviceLostError, ProtocolError, UnsupportedOperationError,
-           CUDADeviceRequiredError, LimitExceededError):
+           CUDADeviceRequiredError, LimitExceededError, GrantError):
     KNOWN_TYPES["gpuremote." + _t.__name__] = _t
 _NAME_OF = {t: name for name, t in KNOWN_TYPES.items()}
 

@@ -63,6 +63,21 @@ def numpy_callable(name: str) -> Callable:
     return obj
 
 
+# ndarray methods CuPy keeps that NumPy 2 removed: served by the module function of that name.
+FUNCTION_METHODS = frozenset({"ptp"})
+
+
+def array_method(arr, attr: str, xp) -> Callable:
+    """Bound method `attr` of `arr`, or for FUNCTION_METHODS the function xp.<attr> bound to it."""
+    method = getattr(arr, attr, None)
+    if method is None and attr in FUNCTION_METHODS:
+        fn = getattr(xp, attr)
+        return lambda *args, **kwargs: fn(arr, *args, **kwargs)
+    if method is None:
+        raise AttributeError(f"{type(arr).__name__!r} object has no attribute {attr!r}")
+    return method
+
+
 def _quiet(fn, *args, **kwargs):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -76,7 +91,7 @@ def _call(entry: Entry, args, kwargs):
         attr = entry.attr
         if attr in PROPERTIES:
             return getattr(args[0], attr)
-        result = getattr(args[0], attr)(*args[1:], **kwargs)
+        result = array_method(args[0], attr, numpy)(*args[1:], **kwargs)
         if result is NotImplemented:
             raise TypeError(f"unsupported operand type(s) for {attr}: {type(args[0]).__name__} and "
                             f"{type(args[1]).__name__ if len(args) > 1 else ''}")
@@ -229,7 +244,13 @@ def _matmul(entry, args, kwargs, meta_of, swap=False):
     if ma is None or mb is None or "out" in kwargs:
         raise Unknown
     if ma is NOT_ARRAY or mb is NOT_ARRAY:
-        raise TypeError("matmul: operands must be arrays, scalars are not allowed")
+        # NumPy treats a scalar operand as 0-d and raises its ValueError; other operands
+        # (lists) are converted by the op itself
+        shapes = [m[0] if m is not NOT_ARRAY else (() if isinstance(x, (bool, int, float, complex, numpy.generic))
+                                                     else None) for m, x in ((ma, a), (mb, b))]
+        if None not in shapes:
+            matmul_shape(*shapes)
+        raise Unknown
     shape = matmul_shape(ma[0], mb[0])
     dtypes = _cached_probe(entry, args, kwargs, meta_of, _unit)
     return [(shape, dtypes[0])]
@@ -352,9 +373,12 @@ def _creation(entry, args, kwargs, meta_of):
 
 
 def _arange(args, kwargs):
+    if len(args) > 4:
+        raise TypeError(f"arange() takes from 0 to 4 positional arguments but {len(args)} were given")
+    dtype = args[3] if len(args) > 3 else kwargs.get("dtype")  # arange(start, stop, step, dtype)
+    args = args[:3]
     params = list(args) + [kwargs.get(k) for k in ("start", "stop", "step")[len(args):]]
-    dtype = kwargs.get("dtype")
-    if len(args) > 3 or not args and "stop" not in kwargs and "start" not in kwargs:
+    if not args and "stop" not in kwargs and "start" not in kwargs:
         raise TypeError("arange() requires stop to be specified.")
     start, stop, step = (params + [None, None, None])[:3]
     if stop is None:
@@ -364,14 +388,41 @@ def _arange(args, kwargs):
     if step is None:
         step = 1
     if step == 0:
-        raise ZeroDivisionError("division by zero") if isinstance(step, int) else ValueError("Maximum allowed size exceeded")
+        # NumPy divides (stop - start) by step with the arguments' own arithmetic: Python numbers
+        # raise ZeroDivisionError, NumPy scalars give inf and then "Maximum allowed size exceeded"
+        _quiet(lambda: (stop - start) / step)
+        raise ValueError("Maximum allowed size exceeded")
     numbers = [x for x in (start, stop, step)]
-    dt = numpy.dtype(dtype) if dtype is not None else numpy.result_type(*numbers)
+    # NumPy's arange promotes the arguments' own dtypes (NumPy scalars are not weak here) with
+    # intp: arange(np.float32(0.5), 3) is float64, arange(np.int32(5)) is int64.
+    dt = numpy.dtype(dtype) if dtype is not None else \
+        numpy.result_type(numpy.intp, *(numpy.asarray(x).dtype for x in numbers))
     if all(isinstance(x, (int, numpy.integer)) for x in numbers):
         length = len(range(int(start), int(stop), int(step)))
-    else:
+    elif any(isinstance(x, (complex, numpy.complexfloating)) for x in numbers):
         length = max(0, math.ceil((complex(stop).real - complex(start).real) / complex(step).real))
+    else:
+        # the length NumPy computes: ceil((stop - start) / step) in the arguments' own arithmetic
+        # (float32 scalars divide in float32)
+        q = float(_quiet(lambda: (stop - start) / step))
+        if not math.isfinite(q):
+            raise ValueError("arange: cannot compute length" if math.isnan(q) else "Maximum allowed size exceeded")
+        length = max(0, math.ceil(q))
     return ((normalize_shape(length, dt.itemsize)[0],), dt)
+
+
+def _param_shape(obj, meta_of) -> tuple:
+    """The shape a distribution parameter broadcasts with: an array's, a list's, () for a scalar."""
+    m = meta_of(obj)
+    if m is None:
+        raise Unknown
+    if m is not NOT_ARRAY:
+        return m[0]
+    if type(obj) in (list, tuple):
+        if _has_array(obj, meta_of):
+            raise Unknown
+        return numpy.shape(obj)
+    return ()
 
 
 def _random(entry, args, kwargs, meta_of):
@@ -383,17 +434,27 @@ def _random(entry, args, kwargs, meta_of):
     pos = RANDOM_SIZE_POS[attr]
     size = args[pos] if len(args) > pos else kwargs.get("size")
     if attr == "choice":
-        ma = meta_of(args[0] if args else kwargs.get("a"))
-        dtype = numpy.dtype(numpy.int64) if ma is NOT_ARRAY else (None if ma is None else ma[1])
-        if dtype is None:
+        a = args[0] if args else kwargs.get("a")
+        ma = meta_of(a)
+        if ma is None or (ma is NOT_ARRAY and _has_array(a, meta_of)):
             raise Unknown
+        if ma is not NOT_ARRAY:
+            dtype = ma[1]
+        elif isinstance(a, (int, numpy.integer)):
+            dtype = numpy.dtype(numpy.int64)   # choice(n): draws from arange(n)
+        else:
+            dtype = numpy.asarray(a).dtype     # choice([1.5, 2.5]): the list's own dtype
     else:
         dtype = numpy.dtype(kwargs.get("dtype", RANDOM_DTYPES.get(attr, _FLOAT64)))
         if attr in ("random", "random_sample", "ranf", "sample", "standard_normal") and len(args) > 1:
             dtype = numpy.dtype(args[1])
+        if attr == "randint" and len(args) > 3:  # randint(low, high, size, dtype)
+            dtype = numpy.dtype(args[3])
     if size is None:
-        params = args[:pos] if attr != "choice" else ()
-        shape = numpy.broadcast_shapes(*_shapes(list(params), meta_of, []))
+        # the parameters broadcast together, passed by position or by name (normal(loc=x))
+        params = [] if attr == "choice" else \
+            list(args[:pos]) + [v for k, v in kwargs.items() if k not in ("size", "dtype")]
+        shape = numpy.broadcast_shapes(*(_param_shape(p, meta_of) for p in params))
     else:
         shape = normalize_shape(size, dtype.itemsize)
     return [(shape, dtype)]
@@ -435,6 +496,43 @@ _RULES = {
 }
 
 
+# Arguments whose values, not only their shapes, decide the shape of the result: an array
+# there cannot be replaced by a stand-in, so the metadata is left to the daemon.
+_SHAPE_ARG = (0, "shape")
+_SPLIT_ARG = ((1, "indices_or_sections"),)
+VALUE_ARGS: dict[str, tuple[tuple[int, str], ...]] = {
+    "repeat": ((1, "repeats"),), "ndarray.repeat": ((1, "repeats"),), "tile": ((1, "reps"),),
+    "pad": ((1, "pad_width"),), "split": _SPLIT_ARG, "array_split": _SPLIT_ARG, "hsplit": _SPLIT_ARG,
+    "vsplit": _SPLIT_ARG, "dsplit": _SPLIT_ARG, "indices": ((0, "dimensions"),), "diff": ((1, "n"),),
+    "tensordot": ((2, "axes"),), "polyfit": ((2, "deg"),), "linalg.tensorinv": ((1, "ind"),),
+    "zeros": (_SHAPE_ARG,), "ones": (_SHAPE_ARG,), "empty": (_SHAPE_ARG,), "full": (_SHAPE_ARG,),
+    "eye": ((0, "N"), (1, "M")), "identity": ((0, "n"),), "tri": ((0, "N"), (1, "M")),
+    "arange": ((0, "start"), (1, "stop"), (2, "step")),
+}
+
+
+def _has_array(obj, meta_of, depth=0) -> bool:
+    if meta_of(obj) is not NOT_ARRAY:
+        return True
+    return type(obj) in (list, tuple) and depth < 3 and any(_has_array(x, meta_of, depth + 1) for x in obj)
+
+
+def _value_args(entry: Entry, args: tuple, kwargs: dict, meta_of: MetaOf) -> None:
+    """Raise Unknown when an array is passed where its values decide the result's shape."""
+    if entry.rule == "view":
+        # view ops take one array; everything else (shape, axes, offsets) is a value argument
+        if entry.attr == "__getitem__" or entry.attr.startswith("atleast_"):
+            return
+        objs = list(args[1:]) + list(kwargs.values())
+    else:
+        spots = VALUE_ARGS.get(entry.name)
+        if not spots:
+            return
+        objs = [args[p] if len(args) > p else kwargs.get(k) for p, k in spots]
+    if any(_has_array(o, meta_of) for o in objs):
+        raise Unknown
+
+
 def derive(entry: Entry, args: tuple, kwargs: dict, meta_of: MetaOf) -> list[Meta] | None:
     """Metadata of each array the op returns, or None when it cannot be derived cheaply.
 
@@ -447,6 +545,7 @@ def derive(entry: Entry, args: tuple, kwargs: dict, meta_of: MetaOf) -> list[Met
     if entry.name == "where" and len(args) == 1:
         return None
     try:
+        _value_args(entry, args, kwargs, meta_of)
         return rule(entry, args, kwargs, meta_of)
     except Unknown:
         return None
@@ -471,7 +570,12 @@ def nout_of(entry: Entry, args: tuple, kwargs: dict, meta_of: MetaOf) -> int:
         return len(args) if (len(args) != 1 or not name.startswith("atleast_")) else 1
     if name in LIST_RESULTS:
         sections = arg(1, "indices_or_sections")
-        return len(sections) + 1 if isinstance(sections, (list, tuple)) else operator.index(sections)
+        m = meta_of(sections)
+        if m is None:
+            raise Unknown
+        if isinstance(sections, (list, tuple)) or (m is not NOT_ARRAY and len(m[0]) > 0):
+            return len(sections) + 1
+        return operator.index(sections)
     if name == "linalg.qr":
         return 1 if arg(1, "mode", "reduced") == "r" else 2
     if name == "linalg.svd":

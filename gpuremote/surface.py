@@ -68,7 +68,7 @@ _LINALG = {
     "dot": "dot", "matmul": "matmul", "linalg.inv": "probe", "linalg.pinv": "probe",
     "linalg.solve": "probe", "linalg.norm": "probe", "linalg.det": "probe", "linalg.slogdet": "probe",
     "linalg.qr": "probe", "linalg.svd": "probe", "linalg.eigh": "probe", "linalg.eigvalsh": "probe",
-    "linalg.cholesky": "probe", "linalg.lstsq": "probe", "linalg.matrix_power": "probe",
+    "linalg.cholesky": "probe", "linalg.lstsq": "dynamic", "linalg.matrix_power": "probe",
     "linalg.matrix_rank": "probe", "linalg.tensorsolve": "probe", "linalg.tensorinv": "probe",
     "linalg.multi_dot": "probe",
 }

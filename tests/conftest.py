@@ -71,9 +71,11 @@ def daemon():
     d.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def cp(daemon):
-    """gpuremote.cupy connected to the session's daemon."""
+    """gpuremote.cupy connected to the session's daemon. Each test module gets its own client session
+    and closes it at its end, so the shared daemon holds nothing between modules (test_run checks
+    that the daemon is left clean after each of its runs)."""
     import gpuremote
     import gpuremote.cupy
     gpuremote.disconnect()

@@ -30,6 +30,8 @@ from gpuremote.wire import pb
 from gpuremote.wire.codec import dtype_from_wire, encode
 
 _CLOSE = None
+# Handles named by one Release op: keeps the op far below the message size limit.
+_RELEASES_PER_OP = 1 << 16
 
 
 class Session:
@@ -45,6 +47,7 @@ class Session:
         self._msg = pb.ClientMessage()
         self._ops = self._msg.batch.ops
         self._flush_ops = DEFAULTS.batch_flush_ops
+        self._batch_bytes = 0
         self.lost: Exception | None = None
         self.closed = False
         stub = daemon_pb2_grpc.DaemonStub(self._channel)
@@ -55,12 +58,23 @@ class Session:
         hello.open.client_pid = os.getpid()
         hello.open.client_host = socket.gethostname()
         self._outbox.put(hello)
-        opened = self._next().opened
+        try:
+            opened = self._next().opened
+        except BaseException:  # refused (version, session limit) or unreachable: leave nothing behind
+            self._outbox.put(_CLOSE)
+            self._channel.close()
+            raise
         self.session_id = opened.session_id
         self.backend = opened.backend
         self.devices = list(opened.devices)
         self.limits = opened.limits
-        self.chunk_bytes = opened.limits.chunk_bytes or DEFAULTS.chunk_bytes
+        # Stay within the daemon's limits: a batch is flushed before it holds max_ops_per_batch ops
+        # (a flush adds a Release op) or half of max_message_bytes, and no chunk is near that size.
+        max_message = opened.limits.max_message_bytes or DEFAULTS.max_message_bytes
+        self._max_batch_bytes = max_message // 2
+        if opened.limits.max_ops_per_batch:
+            self._flush_ops = max(1, min(self._flush_ops, opened.limits.max_ops_per_batch - 2))
+        self.chunk_bytes = min(opened.limits.chunk_bytes or DEFAULTS.chunk_bytes, max_message // 2)
 
     def _requests(self):
         while True:
@@ -123,9 +137,12 @@ class Session:
             encode(v, c.kwarg_values.add(), handle_of)
         if results:
             c.results.extend(results)
-        if (args or kwargs) and op.ByteSize() > DEFAULTS.inline_bytes * 4:
-            raise LimitExceededError(f"the arguments of {name} are {op.ByteSize():,} bytes, too large to send "
-                                     "inline: move large data to the device first with cupy.asarray")
+        if args or kwargs:
+            size = op.ByteSize()
+            if size > DEFAULTS.inline_bytes * 4:
+                raise LimitExceededError(f"the arguments of {name} are {size:,} bytes, too large to send "
+                                         "inline: move large data to the device first with cupy.asarray")
+            self._batch_bytes += size
 
     def call(self, name: str, args: tuple, kwargs: dict, results, device: int, stream: int, site: str) -> None:
         """Queue a call of surface name `name`; its arrays will be bound to `results`."""
@@ -137,7 +154,7 @@ class Session:
                 del self._ops[-1]
                 STATS.ops -= 1
                 raise
-            if len(self._ops) >= self._flush_ops:
+            if len(self._ops) >= self._flush_ops or self._batch_bytes >= self._max_batch_bytes:
                 self._flush()
 
     def call_value(self, name: str, args: tuple, kwargs: dict, device: int, stream: int, site: str) -> Any:
@@ -157,7 +174,8 @@ class Session:
             STATS.bytes_h2d += nbytes
             if nbytes <= DEFAULTS.inline_bytes:
                 up.data = host.tobytes()
-                if len(self._ops) >= self._flush_ops:
+                self._batch_bytes += nbytes
+                if len(self._ops) >= self._flush_ops or self._batch_bytes >= self._max_batch_bytes:
                     self._flush()
                 return
             chunk = self.chunk_bytes
@@ -177,8 +195,10 @@ class Session:
             self._flush()
 
     def _flush(self) -> None:
+        rest = ()
         if self._releases:
             handles, self._releases = self._releases, []
+            handles, rest = handles[:_RELEASES_PER_OP], handles[_RELEASES_PER_OP:]
             op = self._new_op(0, 0, "")
             op.release.handles.extend(handles)
         if not len(self._ops):
@@ -187,6 +207,10 @@ class Session:
         STATS.messages += 1
         self._msg = pb.ClientMessage()
         self._ops = self._msg.batch.ops
+        self._batch_bytes = 0
+        if rest:
+            self._releases[0:0] = rest  # atomic: __del__ may append meanwhile
+            self._flush()
 
     # -- sync points --------------------------------------------------------------------
     def request(self, fill: Callable[[pb.Op], None], device: int = 0, stream: int = 0, site: str = "") -> Any:
@@ -223,6 +247,10 @@ class Session:
             value = decode(reply.value, _no_handles)
             if isinstance(value, numpy.ndarray):
                 STATS.bytes_d2h += value.nbytes
+            elif isinstance(value, (bool, int, float)):
+                STATS.bytes_d2h += 8  # a scalar read back (item(), float(x), ...)
+            elif isinstance(value, complex):
+                STATS.bytes_d2h += 16
             return value
         if outcome == "meta":
             return tuple(reply.meta.shape), dtype_from_wire(reply.meta.dtype)
@@ -259,6 +287,12 @@ class Session:
         more = len(errors) - 1 + reply.dropped_errors
         note = f" ({more} later op(s) failed too)" if more else ""
         raise rebuild(first.type, f"{first.message}\n  [gpuremote: in {where}{note}]", first.traceback)
+
+    def forked(self) -> None:
+        """Called in a forked child: the parent's stream is not ours to use or close."""
+        self.closed = True
+        self.lost = DeviceLostError(f"this array belongs to the parent process's session with {self.address}; "
+                                    "a forked child has its own session: create the arrays it needs there")
 
     def close(self) -> None:
         """Flush, end the stream (the daemon frees the session's memory) and close the channel."""

@@ -62,6 +62,28 @@ def asfortranarray(a, dtype=None):
         if type(a) is ndarray else _from_host(_np.asfortranarray(a, dtype=dtype))
 
 
+_linspace = linspace  # noqa: F821  (made by _namespace.populate above)
+
+
+def linspace(start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis=0):
+    """Evenly spaced numbers; with retstep=True also the spacing, as (array, step) like CuPy.
+
+    The array comes from the device; the step is computed here, as CuPy does on its host
+    ((stop - start) / (num - 1 or num); NaN when undefined), so no second result is needed.
+    """
+    kwargs = {"endpoint": endpoint}
+    if dtype is not None:
+        kwargs["dtype"] = dtype
+    if axis != 0:
+        kwargs["axis"] = axis
+    out = _linspace(start, stop, num, **kwargs)
+    if not retstep:
+        return out
+    div = (num - 1) if endpoint else num
+    step = (stop - start) / div if div > 0 else float("nan")
+    return out, step
+
+
 def asnumpy(a, stream=None, order="C", out=None):
     """A numpy.ndarray with `a`'s contents (D2H for device arrays)."""
     if type(a) is ndarray:

@@ -73,10 +73,29 @@ def _large_host_to_device(args: tuple, index: int) -> tuple:
     return tuple(from_host(a, index) if isinstance(a, numpy.ndarray) and a.nbytes > _INLINE else a for a in args)
 
 
+_NIN: dict[str, int | None] = {}
+
+
+def _ufunc_nin(name: str) -> int | None:
+    """Number of inputs of the ufunc `name` stands for; None when it is not a ufunc."""
+    try:
+        return _NIN[name]
+    except KeyError:
+        fn = getattr(numpy, name, None)
+        nin = fn.nin if isinstance(fn, numpy.ufunc) else None
+        _NIN[name] = nin
+        return nin
+
+
 def forward(name: str, args: tuple, kwargs: dict, entry: Entry | None = None) -> Any:
     """Run surface call `name` on the device: queued, results returned as proxies at once."""
     if entry is None:
         entry = SURFACE[name]
+    if entry.rule == "elementwise" and "." not in name and "out" not in kwargs:
+        nin = _ufunc_nin(name)
+        if nin is not None and len(args) > nin:  # ufunc outputs given by position: add(a, b, out)
+            outs = tuple(args[nin:])
+            args, kwargs = tuple(args[:nin]), dict(kwargs, out=outs[0] if len(outs) == 1 else outs)
     session, remote, index = _route(args, kwargs)
     args = _large_host_to_device(args, index)
     stream = context.current_stream_id(index)
@@ -88,7 +107,11 @@ def forward(name: str, args: tuple, kwargs: dict, entry: Entry | None = None) ->
     out = kwargs.get("out")
     if rule in ("none", "self") or out is not None:
         session.call(name, args, kwargs, (), remote, stream, where)
-        return args[0] if rule == "self" else out
+        if rule == "self":
+            return args[0]
+        if type(out) is tuple and len(out) == 1:
+            return out[0]  # add(a, b, out=(o,)) returns o, as NumPy and CuPy do
+        return out
     if metas is not None:
         n = len(metas)
     else:
@@ -267,8 +290,10 @@ class ndarray:
             if kind is bool:
                 raise ValueError("The truth value of an array with more than one element is ambiguous. "
                                  "Use a.any() or a.all()")
-            raise TypeError("only length-1 arrays can be converted to Python scalars")
-        return kind(self.item())
+            raise TypeError("only 0-dimensional arrays can be converted to Python scalars")
+        # as CuPy: convert the host copy, so NumPy's rules apply (int() of a 1-element 1-d array
+        # is an error in NumPy 2, bool() of it is not)
+        return kind(self.get())
 
     def __bool__(self) -> bool:
         return self._scalar(bool)
@@ -283,7 +308,7 @@ class ndarray:
         return self._scalar(complex)
 
     def __index__(self) -> int:
-        if self.dtype.kind not in "iub" or self.ndim != 0:
+        if self.dtype.kind not in "iu" or self.ndim != 0:
             raise TypeError("only integer scalar arrays can be converted to a scalar index")
         return int(self.item())
 

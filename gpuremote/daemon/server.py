@@ -13,6 +13,7 @@ import time
 from concurrent import futures
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from gpuremote import __version__
 from gpuremote._config import DEFAULTS, PROTOCOL_VERSION
@@ -25,6 +26,48 @@ from gpuremote.wire import pb
 log = logging.getLogger("gpuremote.daemon")
 
 
+class _Malformed:
+    """Stands in for a stream message that is not a valid ClientMessage (see _parse_client_message)."""
+
+    def __init__(self, size: int, reason: str):
+        self.size = size
+        self.reason = reason
+
+
+def _parse_client_message(data: bytes):
+    # gRPC's own handling of a deserializer failure is an INTERNAL "Exception deserializing
+    # request!", which tells the client nothing; the session reports it clearly instead.
+    try:
+        return pb.ClientMessage.FromString(data)
+    except (DecodeError, RuntimeError, ValueError) as exc:
+        return _Malformed(len(data), str(exc)[:200])
+
+
+def _checked(request_iterator, context):
+    for msg in request_iterator:
+        if isinstance(msg, _Malformed):
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                          f"a message of {msg.size} bytes on the session stream is not a valid "
+                          f"gpuremote.v1.ClientMessage ({msg.reason or 'undecodable'}); only gpuremote clients "
+                          "of the same protocol version can talk to this daemon: install the same gpuremote "
+                          "release on both sides")
+        yield msg
+
+
+def add_to_server(service: "DaemonService", server: grpc.Server) -> None:
+    """Register the Daemon service, with a session deserializer that never raises."""
+    handlers = {
+        "Session": grpc.stream_stream_rpc_method_handler(
+            service.Session, request_deserializer=_parse_client_message,
+            response_serializer=pb.ServerMessage.SerializeToString),
+        "Info": grpc.unary_unary_rpc_method_handler(
+            service.Info, request_deserializer=pb.InfoRequest.FromString,
+            response_serializer=pb.InfoReply.SerializeToString),
+    }
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("gpuremote.v1.Daemon", handlers),))
+    server.add_registered_method_handlers("gpuremote.v1.Daemon", handlers)
+
+
 class DaemonService(daemon_pb2_grpc.DaemonServicer):
     def __init__(self, backend: Backend, max_sessions: int = DEFAULTS.max_sessions):
         self.backend = backend
@@ -33,7 +76,9 @@ class DaemonService(daemon_pb2_grpc.DaemonServicer):
         self._lock = threading.Lock()
         self.limits = pb.Limits(max_message_bytes=DEFAULTS.max_message_bytes,
                                 max_ops_per_batch=DEFAULTS.max_ops_per_batch,
-                                max_handles=DEFAULTS.max_handles, chunk_bytes=DEFAULTS.chunk_bytes,
+                                max_handles=DEFAULTS.max_handles,
+                                # a chunk (fetch or upload) must fit in one message with room to spare
+                                chunk_bytes=min(DEFAULTS.chunk_bytes, DEFAULTS.max_message_bytes // 2),
                                 max_rank=DEFAULTS.max_rank)
 
     def _devices(self, out) -> None:
@@ -57,6 +102,7 @@ class DaemonService(daemon_pb2_grpc.DaemonServicer):
         return reply
 
     def Session(self, request_iterator, context):
+        request_iterator = _checked(request_iterator, context)
         first = next(request_iterator, None)
         if first is None or first.WhichOneof("kind") != "open":
             context.abort(grpc.StatusCode.INVALID_ARGUMENT,
@@ -92,9 +138,14 @@ class DaemonService(daemon_pb2_grpc.DaemonServicer):
                 kind = msg.WhichOneof("kind")
                 if kind == "batch":
                     yield from session.run_batch(msg.batch, next_message)
+                elif kind == "chunk":
+                    context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                  f"unexpected chunk (seq {msg.chunk.seq}, offset {msg.chunk.offset}) in an open "
+                                  "session: chunks must directly follow the batch whose Upload op announced them")
                 else:
                     context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                                  f"unexpected {kind or 'empty'} message in an open session")
+                                  f"unexpected {kind or 'empty'} message in an open session: after OpenSession "
+                                  "a client sends only op batches and the chunks of their uploads")
         except _StreamBroken as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         finally:
@@ -111,9 +162,11 @@ class DaemonServer:
         self.service = DaemonService(backend, max_sessions)
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_sessions + 8,
                                                              thread_name_prefix="gpuremote-session"),
-                                  options=grpc_options(DEFAULTS.max_message_bytes),
+                                  # No SO_REUSEPORT: a second daemon on a port in use must fail to
+                                  # start, not silently share the port's connections with the first.
+                                  options=grpc_options(DEFAULTS.max_message_bytes) + [("grpc.so_reuseport", 0)],
                                   maximum_concurrent_rpcs=max_sessions + 8)
-        daemon_pb2_grpc.add_DaemonServicer_to_server(self.service, self.server)
+        add_to_server(self.service, self.server)
         host = listen.rpartition(":")[0]
         self.port = self.server.add_insecure_port(listen)
         if self.port == 0:

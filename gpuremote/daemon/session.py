@@ -22,10 +22,10 @@ from gpuremote._config import DEFAULTS
 from gpuremote.daemon.backends.base import Backend
 from gpuremote.errors import (LimitExceededError, ProtocolError, UnsupportedOperationError,
                               wire_type_name)
-from gpuremote.meta import NOT_ARRAY, derive
+from gpuremote.meta import NOT_ARRAY, array_method, derive
 from gpuremote.surface import PROPERTIES, SURFACE
 from gpuremote.wire import pb
-from gpuremote.wire.codec import checked_shape, decode, dtype_from_wire, encode, fill_array
+from gpuremote.wire.codec import ARRAY_KINDS, checked_shape, decode, dtype_from_wire, encode, fill_array
 
 # Rules whose result size the daemon derives itself before running the op, so that no
 # request can make the host allocate past the device's capacity.
@@ -62,6 +62,7 @@ class Session:
         self._events: dict[int, Any] = {}
         self._random: dict[int, Any] = {}
         self._kernels: dict = {}
+        self._chunks_taken = False   # whether the current upload op has read its chunks
 
     # -- handles and memory ---------------------------------------------------------------
     def _resolve(self, handle: int) -> Any:
@@ -88,6 +89,11 @@ class Session:
                 if len(self.handles) >= self.limits.max_handles:
                     raise LimitExceededError(f"session holds {len(self.handles)} arrays, the limit is "
                                              f"{self.limits.max_handles}: free arrays you no longer need")
+                if arr.dtype.kind not in ARRAY_KINDS:  # e.g. zeros(3, dtype='U3') on the NumPy backend
+                    raise TypeError(f"dtype {arr.dtype} is not supported on the device: use bool, integer, "
+                                    "float or complex")
+                if arr.ndim > self.limits.max_rank:
+                    raise LimitExceededError(f"array rank {arr.ndim} exceeds the limit of {self.limits.max_rank}")
                 owner, nbytes = self.backend.owner(arr)
                 key = id(owner)
                 rec = self._owners.get(key)
@@ -134,12 +140,36 @@ class Session:
     # -- ops ------------------------------------------------------------------------------
     def run_batch(self, batch: pb.OpBatch, next_message: Callable[[], pb.ClientMessage]) -> Iterator[pb.ServerMessage]:
         if len(batch.ops) > self.limits.max_ops_per_batch:
-            self._defer(pb.Error(type="gpuremote.LimitExceededError", op="batch",
-                                 message=f"batch of {len(batch.ops)} ops exceeds the limit of "
-                                         f"{self.limits.max_ops_per_batch}; none of it was run"))
+            yield from self._refuse_batch(batch, next_message)
             return
         for op in batch.ops:
             yield from self.run_op(op, next_message)
+
+    def _refuse_batch(self, batch: pb.OpBatch, next_message) -> Iterator[pb.ServerMessage]:
+        """Run none of an oversized batch, but answer it: every op that wants a reply gets the error
+        (a client waiting on one must not hang), results are poisoned, and upload chunks are skipped."""
+        err = pb.Error(type="gpuremote.LimitExceededError", op="batch",
+                       message=f"batch of {len(batch.ops)} ops exceeds the limit of "
+                               f"{self.limits.max_ops_per_batch}; none of it was run: send at most "
+                               f"{self.limits.max_ops_per_batch} ops per OpBatch (SessionOpened.limits)")
+        replied = False
+        for op in batch.ops:
+            if op.WhichOneof("kind") == "upload":
+                self._discard_chunks(op, next_message)
+            self._poison(op, err)
+            if op.reply:
+                reply = pb.ServerMessage()
+                reply.reply.seq = op.seq
+                reply.reply.error.CopyFrom(err)
+                reply.reply.error.seq = op.seq
+                reply.reply.deferred_errors.extend(self._deferred)
+                reply.reply.dropped_errors = self._dropped
+                self._deferred.clear()
+                self._dropped = 0
+                replied = True
+                yield reply
+        if not replied:
+            self._defer(err)
 
     def run_op(self, op: pb.Op, next_message) -> Iterator[pb.ServerMessage]:
         self.ops += 1
@@ -148,6 +178,7 @@ class Session:
         r = reply.reply
         r.seq = op.seq
         extra: Iterator[pb.ServerMessage] = iter(())
+        self._chunks_taken = False
         try:
             if op.device >= len(self.backend.props):
                 raise ValueError(f"device {op.device} does not exist: this daemon has "
@@ -179,6 +210,8 @@ class Session:
             if op.reply:
                 r.error.CopyFrom(exc.error)
         except Exception as exc:
+            if kind == "upload" and not self._chunks_taken:
+                self._discard_chunks(op, next_message)  # keep the stream in step after a refused upload
             err = self._error(op, exc)
             self._poison(op, err)
             if op.reply:
@@ -273,7 +306,7 @@ class Session:
                 return getattr(args[0], attr)
             if attr == "__getitem__":
                 return self._getitem(args[0], args[1])
-            result = getattr(args[0], attr)(*args[1:], **kwargs)
+            result = array_method(args[0], attr, self.backend.xp)(*args[1:], **kwargs)
             if result is NotImplemented:
                 raise TypeError(f"unsupported operand type(s) for {attr}")
             return result
@@ -282,6 +315,8 @@ class Session:
             attr = entry.attr
             if attr == "seed":
                 return rs.seed(*args, **kwargs)
+            if attr == "randint" and len(args) > 3:  # randint(low, high, size, dtype): pass dtype by name
+                args, kwargs = args[:3], dict(kwargs, dtype=args[3])
             return getattr(rs, attr)(*args, **kwargs)
         return self.backend.resolve(name)(*args, **kwargs)
 
@@ -361,9 +396,9 @@ class Session:
         up = op.upload
         dtype = dtype_from_wire(up.meta.dtype)
         memory = self.backend.memory[op.device]
-        shape = checked_shape(up.meta.shape, dtype.itemsize, memory.capacity)
+        shape = checked_shape(up.meta.shape, dtype.itemsize)
         nbytes = math.prod(shape) * dtype.itemsize
-        memory.check(nbytes)
+        memory.check(nbytes)  # OutOfMemoryError, as CuPy, for more than the device has free
         if up.chunks == 0:
             if len(up.data) != nbytes:
                 raise ValueError(f"upload of {len(up.data)} bytes for shape {shape} of {dtype} ({nbytes} bytes)")
@@ -372,6 +407,7 @@ class Session:
         else:
             host = numpy.empty(nbytes, numpy.uint8)
             offset = 0
+            self._chunks_taken = True
             for _ in range(up.chunks):
                 msg = next_message()
                 if msg is None or msg.WhichOneof("kind") != "chunk" or msg.chunk.seq != op.seq \
@@ -388,8 +424,19 @@ class Session:
             arr = self.backend.from_host(host, op.device, owned)
             self._bind([up.handle], [arr], op.device)
 
+    def _discard_chunks(self, op: pb.Op, next_message) -> None:
+        """Read and drop the chunks announced by an upload that was refused before reading them."""
+        self._chunks_taken = True
+        for _ in range(op.upload.chunks):
+            msg = next_message()
+            if msg is None or msg.WhichOneof("kind") != "chunk" or msg.chunk.seq != op.seq:
+                raise _StreamBroken(f"upload for op {op.seq} announced {op.upload.chunks} chunk(s), but the "
+                                    "stream holds something else; the session's stream is out of step")
+
     def _fetch(self, op: pb.Op, r: pb.Reply) -> Iterator[pb.ServerMessage]:
         arr = self._resolve(op.fetch.handle)
+        if not arr.flags.c_contiguous:  # copied to a contiguous buffer first, as CuPy's get() does
+            self.backend.memory[op.device].check(arr.nbytes)
         with self.backend.activate(op.device, op.stream, self.streams):
             host = numpy.asarray(self.backend.to_host(arr), order="C")
         chunk = self.limits.chunk_bytes

@@ -44,6 +44,12 @@ def translate(exc: grpc.RpcError, address: str) -> Exception:
     if code in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.INVALID_ARGUMENT):
         return ProtocolError(f"the daemon at {address} refused the session: {details}")
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        if "larger than max" in (details or ""):
+            return LimitExceededError(
+                f"a message between this process and the daemon at {address} exceeded the message size limit "
+                f"({details}); the session is closed and its arrays are gone. Send large data with "
+                "cupy.asarray (it is chunked) rather than inside a call's arguments, or raise "
+                "GPUREMOTE_MAX_MESSAGE_BYTES on both sides")
         return LimitExceededError(f"the daemon at {address} refused: {details}")
     return DeviceLostError(f"lost the connection to the gpuremote daemon at {address} ({details}); the devices "
                            "it serves and the arrays on them are gone")

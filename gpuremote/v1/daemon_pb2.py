@@ -22,10 +22,11 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from gpuremote.v1 import pool_pb2 as gpuremote_dot_v1_dot_pool__pb2
 from gpuremote.v1 import value_pb2 as gpuremote_dot_v1_dot_value__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19gpuremote/v1/daemon.proto\x12\x0cgpuremote.v1\x1a\x18gpuremote/v1/value.proto\"\x90\x01\n\rClientMessage\x12)\n\x04open\x18\x01 \x01(\x0b\x32\x19.gpuremote.v1.OpenSessionH\x00\x12&\n\x05\x62\x61tch\x18\x02 \x01(\x0b\x32\x15.gpuremote.v1.OpBatchH\x00\x12$\n\x05\x63hunk\x18\x03 \x01(\x0b\x32\x13.gpuremote.v1.ChunkH\x00\x42\x06\n\x04kind\"\x92\x01\n\rServerMessage\x12-\n\x06opened\x18\x01 \x01(\x0b\x32\x1b.gpuremote.v1.SessionOpenedH\x00\x12$\n\x05reply\x18\x02 \x01(\x0b\x32\x13.gpuremote.v1.ReplyH\x00\x12$\n\x05\x63hunk\x18\x03 \x01(\x0b\x32\x13.gpuremote.v1.ChunkH\x00\x42\x06\n\x04kind\"e\n\x0bOpenSession\x12\x18\n\x10protocol_version\x18\x01 \x01(\r\x12\x13\n\x0b\x63lient_name\x18\x02 \x01(\t\x12\x12\n\nclient_pid\x18\x03 \x01(\r\x12\x13\n\x0b\x63lient_host\x18\x04 \x01(\t\"\x9f\x01\n\rSessionOpened\x12\x18\n\x10protocol_version\x18\x01 \x01(\r\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x0f\n\x07\x62\x61\x63kend\x18\x03 \x01(\t\x12)\n\x07\x64\x65vices\x18\x04 \x03(\x0b\x32\x18.gpuremote.v1.DeviceInfo\x12$\n\x06limits\x18\x05 \x01(\x0b\x32\x14.gpuremote.v1.Limits\"z\n\x06Limits\x12\x19\n\x11max_message_bytes\x18\x01 \x01(\x04\x12\x19\n\x11max_ops_per_batch\x18\x02 \x01(\r\x12\x13\n\x0bmax_handles\x18\x03 \x01(\x04\x12\x13\n\x0b\x63hunk_bytes\x18\x04 \x01(\x04\x12\x10\n\x08max_rank\x18\x05 \x01(\r\"(\n\x07OpBatch\x12\x1d\n\x03ops\x18\x01 \x03(\x0b\x32\x10.gpuremote.v1.Op\"\xc2\x02\n\x02Op\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12\x0e\n\x06\x64\x65vice\x18\x02 \x01(\r\x12\x0e\n\x06stream\x18\x03 \x01(\r\x12\r\n\x05reply\x18\x04 \x01(\x08\x12\x0c\n\x04site\x18\x05 \x01(\t\x12\"\n\x04\x63\x61ll\x18\n \x01(\x0b\x32\x12.gpuremote.v1.CallH\x00\x12(\n\x07release\x18\x0b \x01(\x0b\x32\x15.gpuremote.v1.ReleaseH\x00\x12&\n\x06upload\x18\x0c \x01(\x0b\x32\x14.gpuremote.v1.UploadH\x00\x12$\n\x05\x66\x65tch\x18\r \x01(\x0b\x32\x13.gpuremote.v1.FetchH\x00\x12*\n\x08\x64\x65scribe\x18\x0e \x01(\x0b\x32\x16.gpuremote.v1.DescribeH\x00\x12\"\n\x04sync\x18\x0f \x01(\x0b\x32\x12.gpuremote.v1.SyncH\x00\x42\x06\n\x04kind\"\x88\x01\n\x04\x43\x61ll\x12\x0c\n\x04name\x18\x01 \x01(\t\x12!\n\x04\x61rgs\x18\x02 \x03(\x0b\x32\x13.gpuremote.v1.Value\x12\x13\n\x0bkwarg_names\x18\x03 \x03(\t\x12)\n\x0ckwarg_values\x18\x04 \x03(\x0b\x32\x13.gpuremote.v1.Value\x12\x0f\n\x07results\x18\x05 \x03(\x04\"\x1a\n\x07Release\x12\x0f\n\x07handles\x18\x01 \x03(\x04\"]\n\x06Upload\x12\x0e\n\x06handle\x18\x01 \x01(\x04\x12%\n\x04meta\x18\x02 \x01(\x0b\x32\x17.gpuremote.v1.ArrayMeta\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\x12\x0e\n\x06\x63hunks\x18\x04 \x01(\r\"\x17\n\x05\x46\x65tch\x12\x0e\n\x06handle\x18\x01 \x01(\x04\"\x1a\n\x08\x44\x65scribe\x12\x0e\n\x06handle\x18\x01 \x01(\x04\"\x1b\n\x04Sync\x12\x13\n\x0b\x61ll_streams\x18\x01 \x01(\x08\"2\n\x05\x43hunk\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12\x0e\n\x06offset\x18\x02 \x01(\x04\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\"\x89\x02\n\x05Reply\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12$\n\x05value\x18\x02 \x01(\x0b\x32\x13.gpuremote.v1.ValueH\x00\x12\'\n\x04meta\x18\x03 \x01(\x0b\x32\x17.gpuremote.v1.ArrayMetaH\x00\x12-\n\x07\x63hunked\x18\x04 \x01(\x0b\x32\x1a.gpuremote.v1.ChunkedArrayH\x00\x12$\n\x05\x65rror\x18\x05 \x01(\x0b\x32\x13.gpuremote.v1.ErrorH\x00\x12,\n\x0f\x64\x65\x66\x65rred_errors\x18\x06 \x03(\x0b\x32\x13.gpuremote.v1.Error\x12\x16\n\x0e\x64ropped_errors\x18\x07 \x01(\x04\x42\t\n\x07outcome\"E\n\x0c\x43hunkedArray\x12%\n\x04meta\x18\x01 \x01(\x0b\x32\x17.gpuremote.v1.ArrayMeta\x12\x0e\n\x06\x63hunks\x18\x02 \x01(\r\"`\n\x05\x45rror\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x0b\n\x03seq\x18\x03 \x01(\x04\x12\n\n\x02op\x18\x04 \x01(\t\x12\x0c\n\x04site\x18\x05 \x01(\t\x12\x11\n\ttraceback\x18\x06 \x01(\t\"\r\n\x0bInfoRequest\"\x9f\x01\n\tInfoReply\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x18\n\x10protocol_version\x18\x02 \x01(\r\x12\x0f\n\x07\x62\x61\x63kend\x18\x03 \x01(\t\x12)\n\x07\x64\x65vices\x18\x04 \x03(\x0b\x32\x18.gpuremote.v1.DeviceInfo\x12+\n\x08sessions\x18\x05 \x03(\x0b\x32\x19.gpuremote.v1.SessionInfo\"\xa3\x01\n\nDeviceInfo\x12\r\n\x05index\x18\x01 \x01(\r\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x14\n\x0cmemory_total\x18\x03 \x01(\x04\x12\x13\n\x0bmemory_used\x18\x04 \x01(\x04\x12\x1a\n\x12\x63ompute_capability\x18\x05 \x01(\t\x12\x1c\n\x14multiprocessor_count\x18\x06 \x01(\r\x12\x13\n\x0butilization\x18\x07 \x01(\x01\"\xff\x01\n\x0bSessionInfo\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x13\n\x0b\x63lient_name\x18\x02 \x01(\t\x12\x12\n\nclient_pid\x18\x03 \x01(\r\x12\x13\n\x0b\x63lient_host\x18\x04 \x01(\t\x12>\n\x0bmemory_used\x18\x05 \x03(\x0b\x32).gpuremote.v1.SessionInfo.MemoryUsedEntry\x12\x0f\n\x07handles\x18\x06 \x01(\x04\x12\x0b\n\x03ops\x18\x07 \x01(\x04\x12\r\n\x05\x61ge_s\x18\x08 \x01(\x01\x1a\x31\n\x0fMemoryUsedEntry\x12\x0b\n\x03key\x18\x01 \x01(\r\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\x32\x8d\x01\n\x06\x44\x61\x65mon\x12G\n\x07Session\x12\x1b.gpuremote.v1.ClientMessage\x1a\x1b.gpuremote.v1.ServerMessage(\x01\x30\x01\x12:\n\x04Info\x12\x19.gpuremote.v1.InfoRequest\x1a\x17.gpuremote.v1.InfoReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19gpuremote/v1/daemon.proto\x12\x0cgpuremote.v1\x1a\x17gpuremote/v1/pool.proto\x1a\x18gpuremote/v1/value.proto\"\x90\x01\n\rClientMessage\x12)\n\x04open\x18\x01 \x01(\x0b\x32\x19.gpuremote.v1.OpenSessionH\x00\x12&\n\x05\x62\x61tch\x18\x02 \x01(\x0b\x32\x15.gpuremote.v1.OpBatchH\x00\x12$\n\x05\x63hunk\x18\x03 \x01(\x0b\x32\x13.gpuremote.v1.ChunkH\x00\x42\x06\n\x04kind\"\x92\x01\n\rServerMessage\x12-\n\x06opened\x18\x01 \x01(\x0b\x32\x1b.gpuremote.v1.SessionOpenedH\x00\x12$\n\x05reply\x18\x02 \x01(\x0b\x32\x13.gpuremote.v1.ReplyH\x00\x12$\n\x05\x63hunk\x18\x03 \x01(\x0b\x32\x13.gpuremote.v1.ChunkH\x00\x42\x06\n\x04kind\"\x90\x01\n\x0bOpenSession\x12\x18\n\x10protocol_version\x18\x01 \x01(\r\x12\x13\n\x0b\x63lient_name\x18\x02 \x01(\t\x12\x12\n\nclient_pid\x18\x03 \x01(\r\x12\x13\n\x0b\x63lient_host\x18\x04 \x01(\t\x12)\n\x06grants\x18\x05 \x03(\x0b\x32\x19.gpuremote.v1.SignedGrant\"\x9f\x01\n\rSessionOpened\x12\x18\n\x10protocol_version\x18\x01 \x01(\r\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x0f\n\x07\x62\x61\x63kend\x18\x03 \x01(\t\x12)\n\x07\x64\x65vices\x18\x04 \x03(\x0b\x32\x18.gpuremote.v1.DeviceInfo\x12$\n\x06limits\x18\x05 \x01(\x0b\x32\x14.gpuremote.v1.Limits\"z\n\x06Limits\x12\x19\n\x11max_message_bytes\x18\x01 \x01(\x04\x12\x19\n\x11max_ops_per_batch\x18\x02 \x01(\r\x12\x13\n\x0bmax_handles\x18\x03 \x01(\x04\x12\x13\n\x0b\x63hunk_bytes\x18\x04 \x01(\x04\x12\x10\n\x08max_rank\x18\x05 \x01(\r\"(\n\x07OpBatch\x12\x1d\n\x03ops\x18\x01 \x03(\x0b\x32\x10.gpuremote.v1.Op\"\xc2\x02\n\x02Op\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12\x0e\n\x06\x64\x65vice\x18\x02 \x01(\r\x12\x0e\n\x06stream\x18\x03 \x01(\r\x12\r\n\x05reply\x18\x04 \x01(\x08\x12\x0c\n\x04site\x18\x05 \x01(\t\x12\"\n\x04\x63\x61ll\x18\n \x01(\x0b\x32\x12.gpuremote.v1.CallH\x00\x12(\n\x07release\x18\x0b \x01(\x0b\x32\x15.gpuremote.v1.ReleaseH\x00\x12&\n\x06upload\x18\x0c \x01(\x0b\x32\x14.gpuremote.v1.UploadH\x00\x12$\n\x05\x66\x65tch\x18\r \x01(\x0b\x32\x13.gpuremote.v1.FetchH\x00\x12*\n\x08\x64\x65scribe\x18\x0e \x01(\x0b\x32\x16.gpuremote.v1.DescribeH\x00\x12\"\n\x04sync\x18\x0f \x01(\x0b\x32\x12.gpuremote.v1.SyncH\x00\x42\x06\n\x04kind\"\x88\x01\n\x04\x43\x61ll\x12\x0c\n\x04name\x18\x01 \x01(\t\x12!\n\x04\x61rgs\x18\x02 \x03(\x0b\x32\x13.gpuremote.v1.Value\x12\x13\n\x0bkwarg_names\x18\x03 \x03(\t\x12)\n\x0ckwarg_values\x18\x04 \x03(\x0b\x32\x13.gpuremote.v1.Value\x12\x0f\n\x07results\x18\x05 \x03(\x04\"\x1a\n\x07Release\x12\x0f\n\x07handles\x18\x01 \x03(\x04\"]\n\x06Upload\x12\x0e\n\x06handle\x18\x01 \x01(\x04\x12%\n\x04meta\x18\x02 \x01(\x0b\x32\x17.gpuremote.v1.ArrayMeta\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\x12\x0e\n\x06\x63hunks\x18\x04 \x01(\r\"\x17\n\x05\x46\x65tch\x12\x0e\n\x06handle\x18\x01 \x01(\x04\"\x1a\n\x08\x44\x65scribe\x12\x0e\n\x06handle\x18\x01 \x01(\x04\"\x1b\n\x04Sync\x12\x13\n\x0b\x61ll_streams\x18\x01 \x01(\x08\"2\n\x05\x43hunk\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12\x0e\n\x06offset\x18\x02 \x01(\x04\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\"\x89\x02\n\x05Reply\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12$\n\x05value\x18\x02 \x01(\x0b\x32\x13.gpuremote.v1.ValueH\x00\x12\'\n\x04meta\x18\x03 \x01(\x0b\x32\x17.gpuremote.v1.ArrayMetaH\x00\x12-\n\x07\x63hunked\x18\x04 \x01(\x0b\x32\x1a.gpuremote.v1.ChunkedArrayH\x00\x12$\n\x05\x65rror\x18\x05 \x01(\x0b\x32\x13.gpuremote.v1.ErrorH\x00\x12,\n\x0f\x64\x65\x66\x65rred_errors\x18\x06 \x03(\x0b\x32\x13.gpuremote.v1.Error\x12\x16\n\x0e\x64ropped_errors\x18\x07 \x01(\x04\x42\t\n\x07outcome\"E\n\x0c\x43hunkedArray\x12%\n\x04meta\x18\x01 \x01(\x0b\x32\x17.gpuremote.v1.ArrayMeta\x12\x0e\n\x06\x63hunks\x18\x02 \x01(\r\"`\n\x05\x45rror\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x0b\n\x03seq\x18\x03 \x01(\x04\x12\n\n\x02op\x18\x04 \x01(\t\x12\x0c\n\x04site\x18\x05 \x01(\t\x12\x11\n\ttraceback\x18\x06 \x01(\t\"\r\n\x0bInfoRequest\"\x9f\x01\n\tInfoReply\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x18\n\x10protocol_version\x18\x02 \x01(\r\x12\x0f\n\x07\x62\x61\x63kend\x18\x03 \x01(\t\x12)\n\x07\x64\x65vices\x18\x04 \x03(\x0b\x32\x18.gpuremote.v1.DeviceInfo\x12+\n\x08sessions\x18\x05 \x03(\x0b\x32\x19.gpuremote.v1.SessionInfo\"\xa3\x01\n\nDeviceInfo\x12\r\n\x05index\x18\x01 \x01(\r\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x14\n\x0cmemory_total\x18\x03 \x01(\x04\x12\x13\n\x0bmemory_used\x18\x04 \x01(\x04\x12\x1a\n\x12\x63ompute_capability\x18\x05 \x01(\t\x12\x1c\n\x14multiprocessor_count\x18\x06 \x01(\r\x12\x13\n\x0butilization\x18\x07 \x01(\x01\"\xff\x01\n\x0bSessionInfo\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x13\n\x0b\x63lient_name\x18\x02 \x01(\t\x12\x12\n\nclient_pid\x18\x03 \x01(\r\x12\x13\n\x0b\x63lient_host\x18\x04 \x01(\t\x12>\n\x0bmemory_used\x18\x05 \x03(\x0b\x32).gpuremote.v1.SessionInfo.MemoryUsedEntry\x12\x0f\n\x07handles\x18\x06 \x01(\x04\x12\x0b\n\x03ops\x18\x07 \x01(\x04\x12\r\n\x05\x61ge_s\x18\x08 \x01(\x01\x1a\x31\n\x0fMemoryUsedEntry\x12\x0b\n\x03key\x18\x01 \x01(\r\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\x32\x8d\x01\n\x06\x44\x61\x65mon\x12G\n\x07Session\x12\x1b.gpuremote.v1.ClientMessage\x1a\x1b.gpuremote.v1.ServerMessage(\x01\x30\x01\x12:\n\x04Info\x12\x19.gpuremote.v1.InfoRequest\x1a\x17.gpuremote.v1.InfoReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,50 +35,50 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_SESSIONINFO_MEMORYUSEDENTRY']._loaded_options = None
   _globals['_SESSIONINFO_MEMORYUSEDENTRY']._serialized_options = b'8\001'
-  _globals['_CLIENTMESSAGE']._serialized_start=70
-  _globals['_CLIENTMESSAGE']._serialized_end=214
-  _globals['_SERVERMESSAGE']._serialized_start=217
-  _globals['_SERVERMESSAGE']._serialized_end=363
-  _globals['_OPENSESSION']._serialized_start=365
-  _globals['_OPENSESSION']._serialized_end=466
-  _globals['_SESSIONOPENED']._serialized_start=469
-  _globals['_SESSIONOPENED']._serialized_end=628
-  _globals['_LIMITS']._serialized_start=630
-  _globals['_LIMITS']._serialized_end=752
-  _globals['_OPBATCH']._serialized_start=754
-  _globals['_OPBATCH']._serialized_end=794
-  _globals['_OP']._serialized_start=797
-  _globals['_OP']._serialized_end=1119
-  _globals['_CALL']._serialized_start=1122
-  _globals['_CALL']._serialized_end=1258
-  _globals['_RELEASE']._serialized_start=1260
-  _globals['_RELEASE']._serialized_end=1286
-  _globals['_UPLOAD']._serialized_start=1288
-  _globals['_UPLOAD']._serialized_end=1381
-  _globals['_FETCH']._serialized_start=1383
-  _globals['_FETCH']._serialized_end=1406
-  _globals['_DESCRIBE']._serialized_start=1408
-  _globals['_DESCRIBE']._serialized_end=1434
-  _globals['_SYNC']._serialized_start=1436
-  _globals['_SYNC']._serialized_end=1463
-  _globals['_CHUNK']._serialized_start=1465
-  _globals['_CHUNK']._serialized_end=1515
-  _globals['_REPLY']._serialized_start=1518
-  _globals['_REPLY']._serialized_end=1783
-  _globals['_CHUNKEDARRAY']._serialized_start=1785
-  _globals['_CHUNKEDARRAY']._serialized_end=1854
-  _globals['_ERROR']._serialized_start=1856
-  _globals['_ERROR']._serialized_end=1952
-  _globals['_INFOREQUEST']._serialized_start=1954
-  _globals['_INFOREQUEST']._serialized_end=1967
-  _globals['_INFOREPLY']._serialized_start=1970
-  _globals['_INFOREPLY']._serialized_end=2129
-  _globals['_DEVICEINFO']._serialized_start=2132
-  _globals['_DEVICEINFO']._serialized_end=2295
-  _globals['_SESSIONINFO']._serialized_start=2298
-  _globals['_SESSIONINFO']._serialized_end=2553
-  _globals['_SESSIONINFO_MEMORYUSEDENTRY']._serialized_start=2504
-  _globals['_SESSIONINFO_MEMORYUSEDENTRY']._serialized_end=2553
-  _globals['_DAEMON']._serialized_start=2556
-  _globals['_DAEMON']._serialized_end=2697
+  _globals['_CLIENTMESSAGE']._serialized_start=95
+  _globals['_CLIENTMESSAGE']._serialized_end=239
+  _globals['_SERVERMESSAGE']._serialized_start=242
+  _globals['_SERVERMESSAGE']._serialized_end=388
+  _globals['_OPENSESSION']._serialized_start=391
+  _globals['_OPENSESSION']._serialized_end=535
+  _globals['_SESSIONOPENED']._serialized_start=538
+  _globals['_SESSIONOPENED']._serialized_end=697
+  _globals['_LIMITS']._serialized_start=699
+  _globals['_LIMITS']._serialized_end=821
+  _globals['_OPBATCH']._serialized_start=823
+  _globals['_OPBATCH']._serialized_end=863
+  _globals['_OP']._serialized_start=866
+  _globals['_OP']._serialized_end=1188
+  _globals['_CALL']._serialized_start=1191
+  _globals['_CALL']._serialized_end=1327
+  _globals['_RELEASE']._serialized_start=1329
+  _globals['_RELEASE']._serialized_end=1355
+  _globals['_UPLOAD']._serialized_start=1357
+  _globals['_UPLOAD']._serialized_end=1450
+  _globals['_FETCH']._serialized_start=1452
+  _globals['_FETCH']._serialized_end=1475
+  _globals['_DESCRIBE']._serialized_start=1477
+  _globals['_DESCRIBE']._serialized_end=1503
+  _globals['_SYNC']._serialized_start=1505
+  _globals['_SYNC']._serialized_end=1532
+  _globals['_CHUNK']._serialized_start=1534
+  _globals['_CHUNK']._serialized_end=1584
+  _globals['_REPLY']._serialized_start=1587
+  _globals['_REPLY']._serialized_end=1852
+  _globals['_CHUNKEDARRAY']._serialized_start=1854
+  _globals['_CHUNKEDARRAY']._serialized_end=1923
+  _globals['_ERROR']._serialized_start=1925
+  _globals['_ERROR']._serialized_end=2021
+  _globals['_INFOREQUEST']._serialized_start=2023
+  _globals['_INFOREQUEST']._serialized_end=2036
+  _globals['_INFOREPLY']._serialized_start=2039
+  _globals['_INFOREPLY']._serialized_end=2198
+  _globals['_DEVICEINFO']._serialized_start=2201
+  _globals['_DEVICEINFO']._serialized_end=2364
+  _globals['_SESSIONINFO']._serialized_start=2367
+  _globals['_SESSIONINFO']._serialized_end=2622
+  _globals['_SESSIONINFO_MEMORYUSEDENTRY']._serialized_start=2573
+  _globals['_SESSIONINFO_MEMORYUSEDENTRY']._serialized_end=2622
+  _globals['_DAEMON']._serialized_start=2625
+  _globals['_DAEMON']._serialized_end=2766
 # @@protoc_insertion_point(module_scope)

@@ -1,3 +1,4 @@
+from gpuremote.v1 import pool_pb2 as _pool_pb2
 from gpuremote.v1 import value_pb2 as _value_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
@@ -28,16 +29,18 @@ class ServerMessage(_message.Message):
     def __init__(self, opened: _Optional[_Union[SessionOpened, _Mapping]] = ..., reply: _Optional[_Union[Reply, _Mapping]] = ..., chunk: _Optional[_Union[Chunk, _Mapping]] = ...) -> None: ...
 
 class OpenSession(_message.Message):
-    __slots__ = ("protocol_version", "client_name", "client_pid", "client_host")
+    __slots__ = ("protocol_version", "client_name", "client_pid", "client_host", "grants")
     PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     CLIENT_NAME_FIELD_NUMBER: _ClassVar[int]
     CLIENT_PID_FIELD_NUMBER: _ClassVar[int]
     CLIENT_HOST_FIELD_NUMBER: _ClassVar[int]
+    GRANTS_FIELD_NUMBER: _ClassVar[int]
     protocol_version: int
     client_name: str
     client_pid: int
     client_host: str
-    def __init__(self, protocol_version: _Optional[int] = ..., client_name: _Optional[str] = ..., client_pid: _Optional[int] = ..., client_host: _Optional[str] = ...) -> None: ...
+    grants: _containers.RepeatedCompositeFieldContainer[_pool_pb2.SignedGrant]
+    def __init__(self, protocol_version: _Optional[int] = ..., client_name: _Optional[str] = ..., client_pid: _Optional[int] = ..., client_host: _Optional[str] = ..., grants: _Optional[_Iterable[_Union[_pool_pb2.SignedGrant, _Mapping]]] = ...) -> None: ...
 
 class SessionOpened(_message.Message):
     __slots__ = ("protocol_version", "session_id", "backend", "devices", "limits")

@@ -52,6 +52,11 @@ def checked_shape(shape, itemsize: int, max_bytes: int | None = None) -> tuple[i
         raise LimitExceededError(f"array rank {len(shape)} exceeds the limit of {DEFAULTS.max_rank}")
     if any(s < 0 for s in shape):
         raise ValueError(f"negative dimensions are not allowed: {shape}")
+    # NumPy's own bounds: each extent and the byte size of the nonzero extents fit in intp.
+    if any(s > _INT64[1] for s in shape) or \
+            math.prod(s for s in shape if s) * max(itemsize, 1) > _INT64[1]:
+        raise ValueError(f"array is too big; `arr.size * arr.dtype.itemsize` is larger than the maximum "
+                         f"possible size (shape {shape}, {itemsize} bytes per element)")
     nbytes = math.prod(shape) * itemsize
     limit = max_bytes if max_bytes is not None else 2**62
     if nbytes > limit:
@@ -129,8 +134,8 @@ def encode(obj: Any, msg: vpb.Value, handle_of: Callable[[Any], int | None], dep
         fill_array(msg.array, obj)
     elif isinstance(obj, numpy.generic):
         fill_array(msg.array, numpy.asarray(obj), scalar=True)
-    elif is_dtype_like(obj):
-        msg.dtype = check_dtype(obj).str
+    elif is_dtype_like(obj) or isinstance(obj, type):
+        msg.dtype = check_dtype(obj).str  # TypeError naming the dtype for object, str, bytes ...
     else:
         handle = handle_of(obj)
         if handle is None:

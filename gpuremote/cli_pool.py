@@ -1,0 +1,81 @@
+"""The `gpuremote pool` command: run the pool manager until SIGINT or SIGTERM.
+
+Kept out of cli.py (which imports this module at its end), so this module must not import
+gpuremote.cli: `python -m gpuremote.cli` would then import it a second time half-built.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import signal
+import sys
+import threading
+
+import click
+
+from gpuremote import __version__
+from gpuremote._config import DEFAULTS
+from gpuremote.pool.placement import POLICIES
+
+
+def _listen(ctx, param, value):
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise click.BadParameter(f"{value!r} is not HOST:PORT (e.g. 127.0.0.1:7100, 0.0.0.0:7100, or port 0 "
+                                 "for any free port)")
+    if int(port) > 65535:
+        raise click.BadParameter(f"port {int(port)} in {value!r} is out of range: use a port from 1 to 65535, "
+                                 "or 0 for any free port")
+    return value
+
+
+def _ttl(ctx, param, value):
+    if not (math.isfinite(value) and value > 0):
+        raise click.BadParameter(f"{value} is not a positive number of seconds, e.g. 30")
+    return value
+
+
+@click.command()
+@click.option("--listen", default="127.0.0.1:7100", show_default=True, callback=_listen,
+              help="HOST:PORT to serve on; port 0 picks a free port (printed at start).")
+@click.option("--state", "state_path", default="./gpuremote-pool.db", show_default=True,
+              type=click.Path(dir_okay=False), metavar="FILE",
+              help="SQLite file holding hosts, leases and the grant key; a restart from it keeps every lease.")
+@click.option("--lease-ttl", type=float, default=DEFAULTS.pool_lease_ttl_s, show_default=True, callback=_ttl,
+              metavar="SECONDS", help="Lease lifetime without renewal: a crashed client's devices return after it.")
+@click.option("--policy", type=click.Choice(POLICIES), default="pack", show_default=True,
+              help="pack fills the fullest device that fits (keeps whole devices free); spread uses the "
+                   "emptiest (less interference).")
+@click.option("--oversubscribe-compute", is_flag=True,
+              help="Let compute shares on a device sum past 1 (memory is never oversubscribed).")
+@click.option("-v", "--verbose", is_flag=True, help="Log registrations, leases, releases and expiries.")
+def pool(listen, state_path, lease_ttl, policy, oversubscribe_compute, verbose):
+    """Run the pool manager: daemons register their devices, clients lease devices or shares of them.
+
+    Serve it only on a trusted network: registering daemons receive the key grants are signed with.
+    Stops cleanly on SIGINT or SIGTERM; leases survive a restart from the same --state file.
+    """
+    from gpuremote.pool.server import PoolServer
+    from gpuremote.pool.store import StoreError
+
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
+                        format="%(asctime)s %(name)s %(message)s")
+    try:
+        server = PoolServer(listen, state_path, lease_ttl, policy, oversubscribe_compute).start()
+    except StoreError as exc:
+        raise click.ClickException(str(exc))
+    except (OSError, RuntimeError) as exc:
+        raise click.ClickException(f"cannot listen on {listen}: {exc}. Is the port already in use (another "
+                                   "gpuremote pool?) or HOST not an address of this machine? Pick a free port "
+                                   "(or port 0 for any) and a local address such as 127.0.0.1 or 0.0.0.0")
+    oversub = ", compute oversubscribed" if oversubscribe_compute else ""
+    click.echo(f"gpuremote pool {__version__} listening on {server.address} (state {state_path}; "
+               f"lease TTL {lease_ttl:g} s; policy {policy}{oversub})")
+    sys.stdout.flush()
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    stop.wait()
+    server.stop(grace=2.0)
+    click.echo("gpuremote pool stopped")
