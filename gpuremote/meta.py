@@ -533,12 +533,52 @@ def _value_args(entry: Entry, args: tuple, kwargs: dict, meta_of: MetaOf) -> Non
         raise Unknown
 
 
+_SCALARS = (int, float, bool, complex)
+_FAST_DTYPES: dict = {}
+
+
+def fast_elementwise(entry: Entry, args: tuple, meta_of: MetaOf):
+    """The common case on the hot path: an elementwise op on arrays and Python scalars, no
+    keywords. Dtypes are cached by (name, dtypes, scalar types); None means take the slow path."""
+    if len(args) == 1 and entry.name == "where":
+        return None  # where(cond) is nonzero(cond): data-dependent
+    key = [entry.name]
+    shape = None
+    for a in args:
+        t = type(a)
+        if t in _SCALARS:
+            key.append(t)
+            continue
+        m = meta_of(a)
+        if m is None or m is NOT_ARRAY:
+            return None
+        key.append(m[1])
+        if shape is None or m[0] == shape:
+            shape = m[0]
+        else:
+            shape = numpy.broadcast_shapes(shape, m[0])
+    if shape is None:
+        return None
+    key = tuple(key)
+    dtypes = _FAST_DTYPES.get(key)
+    if dtypes is None:
+        dtypes = _cached_probe(entry, args, {}, meta_of, _zero_d)
+        if len(_FAST_DTYPES) > 8192:
+            _FAST_DTYPES.clear()
+        _FAST_DTYPES[key] = dtypes
+    return [(shape, dt) for dt in dtypes]
+
+
 def derive(entry: Entry, args: tuple, kwargs: dict, meta_of: MetaOf) -> list[Meta] | None:
     """Metadata of each array the op returns, or None when it cannot be derived cheaply.
 
     Raises the exception NumPy would raise for a call that cannot work (shape mismatch,
     bad axis, impossible cast), so the error appears at the caller's line.
     """
+    if entry.rule == "elementwise" and not kwargs:
+        fast = fast_elementwise(entry, args, meta_of)
+        if fast is not None:
+            return fast
     rule = _RULES.get(entry.rule)
     if rule is None:
         return [] if entry.rule in ("none", "value") else None

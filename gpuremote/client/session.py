@@ -35,6 +35,10 @@ _RELEASES_PER_OP = 1 << 16
 
 
 class Session:
+    # The array proxy type of the API layer above; it registers itself here so that encoding
+    # its instances is one type check (this layer never imports the API layer).
+    proxy_type: type = type(None)
+
     def __init__(self, address: str, client_name: str | None = None,
                  timeout: float = DEFAULTS.connect_timeout_s):
         self.address = address
@@ -130,14 +134,29 @@ class Session:
         c = op.call
         c.name = name
         handle_of = self.handle_of
+        simple = True   # only handles and Python scalars: the op is small, skip measuring it
+        proxy = self.proxy_type
         for a in args:
-            encode(a, c.args.add(), handle_of)
+            v = c.args.add()
+            t = type(a)
+            if t is proxy:
+                if a._gr_session is not self:
+                    handle_of(a)  # raises the mixed-daemons error
+                v.handle = a._gr_handle
+            elif t is float:
+                v.float_value = a
+            elif t is int and -(2**63) <= a < 2**63:
+                v.int_value = a
+            else:
+                encode(a, v, handle_of)
+                simple = False
         for k, v in kwargs.items():
             c.kwarg_names.append(k)
             encode(v, c.kwarg_values.add(), handle_of)
+            simple = False
         if results:
             c.results.extend(results)
-        if args or kwargs:
+        if not simple:
             size = op.ByteSize()
             if size > DEFAULTS.inline_bytes * 4:
                 raise LimitExceededError(f"the arguments of {name} are {size:,} bytes, too large to send "
@@ -147,13 +166,19 @@ class Session:
     def call(self, name: str, args: tuple, kwargs: dict, results, device: int, stream: int, site: str) -> None:
         """Queue a call of surface name `name`; its arrays will be bound to `results`."""
         with self._lock:
-            op = self._new_op(device, stream, site)
+            if self.lost is not None or self.closed:
+                self._new_op(device, stream, site)  # raises the reason
+            op = self._ops.add()
+            op.seq = next(self._seq)
+            op.device = device
+            op.stream = stream
+            op.site = site
             try:
                 self._fill_call(op, name, args, kwargs, results)
             except BaseException:
                 del self._ops[-1]
-                STATS.ops -= 1
                 raise
+            STATS.ops += 1
             if len(self._ops) >= self._flush_ops or self._batch_bytes >= self._max_batch_bytes:
                 self._flush()
 

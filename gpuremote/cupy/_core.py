@@ -15,7 +15,7 @@ import numpy
 
 from gpuremote.client import context
 from gpuremote.client.session import Session
-from gpuremote.meta import LIST_RESULTS, NOT_ARRAY, Unknown, derive, nout_of, returns_sequence
+from gpuremote.meta import LIST_RESULTS, fast_elementwise, NOT_ARRAY, Unknown, derive, nout_of, returns_sequence
 from gpuremote.surface import SURFACE, Entry
 from gpuremote.wire.codec import check_dtype
 
@@ -87,6 +87,27 @@ def _ufunc_nin(name: str) -> int | None:
         return nin
 
 
+_NO_KWARGS: dict = {}
+
+
+def elementwise_fast(name: str, entry: Entry, args: tuple):
+    """The hot path: an elementwise op on device arrays and Python scalars, no keywords, one
+    result. Returns the result proxy, or None when the general path must handle the call."""
+    for p in args:
+        if type(p) is ndarray:
+            break
+    else:
+        return None
+    metas = fast_elementwise(entry, args, meta_of)
+    if metas is None or len(metas) != 1:
+        return None
+    session = p._gr_session
+    handle = next(session._handles)
+    index = p._gr_device
+    session.call(name, args, _NO_KWARGS, (handle,), p._gr_remote, context.current_stream_id(index), site())
+    return ndarray._wrap(session, handle, p._gr_remote, index, metas[0])
+
+
 def forward(name: str, args: tuple, kwargs: dict, entry: Entry | None = None) -> Any:
     """Run surface call `name` on the device: queued, results returned as proxies at once."""
     if entry is None:
@@ -145,9 +166,16 @@ def from_host(host: numpy.ndarray, index: int | None = None) -> "ndarray":
 
 def _method(name: str):
     entry = SURFACE[name]
-
-    def method(self, *args, **kwargs):
-        return forward(name, (self,) + args, kwargs, entry)
+    if entry.rule == "elementwise" and entry.nout == 1:
+        def method(self, *args, **kwargs):
+            if not kwargs:
+                result = elementwise_fast(name, entry, (self,) + args)
+                if result is not None:
+                    return result
+            return forward(name, (self,) + args, kwargs, entry)
+    else:
+        def method(self, *args, **kwargs):
+            return forward(name, (self,) + args, kwargs, entry)
 
     method.__name__ = entry.attr
     method.__qualname__ = "ndarray." + entry.attr
@@ -338,6 +366,9 @@ class ndarray:
         if isinstance(value, numpy.ndarray) and value.dtype.kind not in "biufc":
             check_dtype(value.dtype)
         forward("ndarray.__setitem__", (self, key, value), {})
+
+
+Session.proxy_type = ndarray
 
 
 def _stream_id(stream, index: int) -> int:

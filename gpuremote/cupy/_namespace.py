@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
-from gpuremote.cupy._core import forward
+import numpy
+
+from gpuremote.cupy._core import elementwise_fast, forward
 from gpuremote.surface import SURFACE, module_names
 
 
 def make_function(name: str):
     entry = SURFACE[name]
-
-    def function(*args, **kwargs):
-        return forward(name, args, kwargs, entry)
+    ufunc = getattr(numpy, name, None)
+    nin = ufunc.nin if isinstance(ufunc, numpy.ufunc) and entry.rule == "elementwise" and entry.nout == 1 else 0
+    if nin:  # ufuncs take the hot path unless given outputs (by position or keyword)
+        def function(*args, **kwargs):
+            if not kwargs and len(args) <= nin:
+                result = elementwise_fast(name, entry, args)
+                if result is not None:
+                    return result
+            return forward(name, args, kwargs, entry)
+    else:
+        def function(*args, **kwargs):
+            return forward(name, args, kwargs, entry)
 
     function.__name__ = entry.attr
     function.__qualname__ = entry.attr

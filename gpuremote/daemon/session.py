@@ -32,6 +32,19 @@ from gpuremote.wire.codec import ARRAY_KINDS, checked_shape, decode, dtype_from_
 _PRECHECK_RULES = frozenset({"elementwise", "reduce", "accumulate", "matmul", "rmatmul", "dot",
                              "ravel", "astype", "like", "creation", "random"})
 _STRICT_META = os.environ.get("GPUREMOTE_STRICT_META") == "1"
+_DISPATCH: dict[str, str] = {}
+
+
+def _dispatch_kind(name: str, entry) -> str:
+    """How the daemon runs a surface name: a service of its own, an array method, a random
+    generator call, or a function of the backend's array module."""
+    if name.startswith(("cuda.", "kernel.", "session.")) or name == "ndarray.item":
+        return "service"
+    if name.startswith("ndarray."):
+        return "method"
+    if name.startswith("random."):
+        return "random"
+    return "function"
 _ids = itertools.count(1)
 
 
@@ -73,6 +86,16 @@ class Session:
                 raise Poisoned(err)
             raise KeyError(f"unknown handle {handle}: no such array in this session")
         return arr
+
+    def _decode_arg(self, v):
+        kind = v.WhichOneof("kind")
+        if kind == "handle":
+            return self._resolve(v.handle)
+        if kind == "float_value":
+            return v.float_value
+        if kind == "int_value":
+            return v.int_value
+        return decode(v, self._resolve)
 
     def _meta_of(self, obj):
         if self.backend.is_array(obj) or isinstance(obj, numpy.ndarray):
@@ -174,6 +197,18 @@ class Session:
     def run_op(self, op: pb.Op, next_message) -> Iterator[pb.ServerMessage]:
         self.ops += 1
         kind = op.WhichOneof("kind")
+        if kind == "call" and not op.reply:  # the hot path: an asynchronous call
+            try:
+                self._call(op)
+            except _StreamBroken:
+                raise
+            except Poisoned as exc:
+                self._poison(op, exc.error)
+            except Exception as exc:
+                err = self._error(op, exc)
+                self._poison(op, err)
+                self._defer(err)
+            return
         reply = pb.ServerMessage()
         r = reply.reply
         r.seq = op.seq
@@ -257,36 +292,47 @@ class Session:
         if entry is None:
             raise UnsupportedOperationError(f"{call.name[:100]!r} is not in gpuremote's API surface table; "
                                             "the daemon runs only the names listed there")
-        if len(call.kwarg_names) != len(call.kwarg_values):
-            raise ProtocolError("malformed call: kwarg_names and kwarg_values differ in length")
-        args = tuple(decode(v, self._resolve) for v in call.args)
-        kwargs = {k: decode(v, self._resolve) for k, v in zip(call.kwarg_names, call.kwarg_values)}
-        if len(kwargs) != len(call.kwarg_names):
-            raise ProtocolError("malformed call: a keyword argument is repeated")
-        if entry.rule in ("none", "self", "value") and call.results:
+        args = tuple([self._decode_arg(v) for v in call.args])
+        kwargs = self._decode_kwargs(call) if call.kwarg_names or call.kwarg_values else {}
+        results = call.results
+        rule = entry.rule
+        if results and rule in ("none", "self", "value"):
             raise ProtocolError(f"{call.name} returns no array, but the op names result handles")
         device = op.device
         with self.backend.activate(device, op.stream, self.streams):
-            if entry.rule in _PRECHECK_RULES and call.results:
+            if results and rule in _PRECHECK_RULES:
                 metas = derive(entry, args, kwargs, self._meta_of)
                 if metas:
-                    need = sum(math.prod(s) * dt.itemsize for s, dt in metas)
+                    need = 0
+                    for shape, dt in metas:
+                        need += math.prod(shape) * dt.itemsize
                     self.backend.memory[device].check(need)
             result = self._invoke(entry, call.name, args, kwargs, op)
-            if entry.rule == "value":
+            if rule == "value":
                 return self._to_value(result)
-            if not call.results:
+            if not results:
                 return None
-            items = list(result) if isinstance(result, (tuple, list)) else [result]
-            if len(items) != len(call.results):
+            is_array = self.backend.is_array
+            if is_array(result):
+                items = [result]
+            else:
+                items = list(result) if isinstance(result, (tuple, list)) else [result]
+                items = [x if is_array(x) else self.backend.xp.asarray(x) for x in items]
+            if len(items) != len(results):
                 raise ProtocolError(f"{call.name} returned {len(items)} array(s), the client expected "
-                                    f"{len(call.results)}")
-            xp = self.backend.xp
-            items = [x if self.backend.is_array(x) else xp.asarray(x) for x in items]
+                                    f"{len(results)}")
             if _STRICT_META:
                 self._check_meta(entry, args, kwargs, items)
-            self._bind(call.results, items, device)
+            self._bind(results, items, device)
         return None
+
+    def _decode_kwargs(self, call: pb.Call) -> dict:
+        if len(call.kwarg_names) != len(call.kwarg_values):
+            raise ProtocolError("malformed call: kwarg_names and kwarg_values differ in length")
+        kwargs = {k: decode(v, self._resolve) for k, v in zip(call.kwarg_names, call.kwarg_values)}
+        if len(kwargs) != len(call.kwarg_names):
+            raise ProtocolError("malformed call: a keyword argument is repeated")
+        return kwargs
 
     def _check_meta(self, entry, args, kwargs, items) -> None:
         metas = derive(entry, args, kwargs, self._meta_of)
@@ -296,9 +342,10 @@ class Session:
                 raise AssertionError(f"metadata rule for {entry.name} derived {metas}, the op produced {actual}")
 
     def _invoke(self, entry, name: str, args: tuple, kwargs: dict, op: pb.Op) -> Any:
-        if name.startswith(("cuda.", "kernel.")) or name == "ndarray.item":
-            return self._service(name, args, kwargs, op)
-        if name.startswith("ndarray."):
+        kind = _DISPATCH.get(name)
+        if kind is None:
+            kind = _DISPATCH[name] = _dispatch_kind(name, entry)
+        if kind == "method":
             if not args or not self.backend.is_array(args[0]):
                 raise TypeError(f"{name} needs an array as its first argument")
             attr = entry.attr
@@ -310,7 +357,9 @@ class Session:
             if result is NotImplemented:
                 raise TypeError(f"unsupported operand type(s) for {attr}")
             return result
-        if name.startswith("random."):
+        if kind == "function":
+            return self.backend.resolve(name)(*args, **kwargs)
+        if kind == "random":
             rs = self._random_state(op.device)
             attr = entry.attr
             if attr == "seed":
@@ -318,7 +367,7 @@ class Session:
             if attr == "randint" and len(args) > 3:  # randint(low, high, size, dtype): pass dtype by name
                 args, kwargs = args[:3], dict(kwargs, dtype=args[3])
             return getattr(rs, attr)(*args, **kwargs)
-        return self.backend.resolve(name)(*args, **kwargs)
+        return self._service(name, args, kwargs, op)
 
     def _getitem(self, arr, key):
         result = arr[key]

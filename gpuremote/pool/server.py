@@ -157,6 +157,7 @@ class Pool:
             self.usage[host.host_id] = {d.index: d for d in request.devices}
             self.cond.notify_all()
         log.info("host %s registered at %s with %d devices", host.host_id, host.address, len(host.devices))
+        # At most a third of the TTL: a daemon learns within that that a lease ended (active_leases).
         return pool_pb2.RegisterReply(grant_key=self.key, heartbeat_s=min(DEFAULTS.pool_heartbeat_s, self.ttl / 3))
 
     def heartbeat(self, request: pool_pb2.HeartbeatRequest) -> pool_pb2.HeartbeatReply:
