@@ -54,6 +54,10 @@ class Defaults:
     max_deferred_errors: int = 16
     # Memory of one emulated device when --emulate-memory is not given.
     emulate_memory: int = 8 * 2**30
+    # BLAS threads of the emulated backend. One: sessions already run in parallel threads, and
+    # multi-threaded BLAS beside a busy client on a small host spins and thrashes (measured
+    # here: 64x64 @ 64x128 float32 went from ~5 us to ~90-480 us under load with the default).
+    emulate_blas_threads: int = 1
     # gRPC keepalive: a vanished client is noticed within about ping + timeout.
     keepalive_ms: int = 10_000
     keepalive_timeout_ms: int = 5_000

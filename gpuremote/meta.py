@@ -128,9 +128,19 @@ def _unit(m: Meta):
     return numpy.ones((1,) * len(m[0]), m[1])
 
 
+_VIRTUAL: dict = {}
+
+
 def virtual(m: Meta):
-    """A zero-strided array of shape m[0]: views and basic indexing on it cost O(1)."""
-    return as_strided(numpy.zeros((), m[1]), m[0], (0,) * len(m[0]))
+    """A zero-strided, read-only array of shape m[0]: views and basic indexing on it cost O(1).
+    Cached per (shape, dtype), since building one costs more than using it."""
+    v = _VIRTUAL.get(m)
+    if v is None:
+        v = as_strided(numpy.zeros((), m[1]), m[0], (0,) * len(m[0]), writeable=False)
+        if len(_VIRTUAL) > 4096:
+            _VIRTUAL.clear()
+        _VIRTUAL[m] = v
+    return v
 
 
 def _small(m: Meta):
@@ -142,15 +152,24 @@ def _small(m: Meta):
 _DTYPE_CACHE: dict = {}
 
 
+_PLAIN = (int, str, type(None), numpy.dtype)
+
+
 def _sig(obj, meta_of, depth=0):
-    m = meta_of(obj)
-    if m is not NOT_ARRAY:
-        return ("A", None if m is None else (len(m[0]), m[1]))
+    """A hashable summary of an argument for the dtype cache: arrays by (ndim, dtype), Python
+    floats/complex/bools by type (NumPy promotes them by kind), other values by value."""
     t = type(obj)
+    if t in _PLAIN:
+        return (t, obj)
     if t in (float, complex, bool):
         return t
     if t in (list, tuple) and depth < 4:
-        return (t,) + tuple(_sig(x, meta_of, depth + 1) for x in obj)
+        if t is tuple and all(type(x) is int for x in obj):
+            return (t, obj)
+        return (t,) + tuple([_sig(x, meta_of, depth + 1) for x in obj])
+    m = meta_of(obj)
+    if m is not NOT_ARRAY:
+        return ("A", None if m is None else (len(m[0]), m[1]))
     if t is slice:
         return ("slice", obj.start, obj.stop, obj.step)
     try:
@@ -162,7 +181,14 @@ def _sig(obj, meta_of, depth=0):
 
 def _cached_probe(entry: Entry, args, kwargs, meta_of, make) -> list[numpy.dtype]:
     """Result dtypes of the op run on stand-ins; cached by the argument signature."""
-    key = (entry.name, _sig(args, meta_of), _sig(tuple(sorted(kwargs.items())), meta_of))
+    key = [entry.name]
+    for a in args:
+        key.append(_sig(a, meta_of, 1))
+    if kwargs:
+        for k in sorted(kwargs):
+            key.append(k)
+            key.append(_sig(kwargs[k], meta_of, 1))
+    key = tuple(key)
     hit = _DTYPE_CACHE.get(key)
     if hit is not None:
         return hit
@@ -548,6 +574,9 @@ def fast_elementwise(entry: Entry, args: tuple, meta_of: MetaOf):
         t = type(a)
         if t in _SCALARS:
             key.append(t)
+            continue
+        if isinstance(a, numpy.generic):  # NumPy scalars promote by their dtype (NEP 50)
+            key.append(("scalar", a.dtype))
             continue
         m = meta_of(a)
         if m is None or m is NOT_ARRAY:

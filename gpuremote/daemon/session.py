@@ -28,9 +28,10 @@ from gpuremote.wire import pb
 from gpuremote.wire.codec import ARRAY_KINDS, checked_shape, decode, dtype_from_wire, encode, fill_array
 
 # Rules whose result size the daemon derives itself before running the op, so that no
-# request can make the host allocate past the device's capacity.
-_PRECHECK_RULES = frozenset({"elementwise", "reduce", "accumulate", "matmul", "rmatmul", "dot",
-                             "ravel", "astype", "like", "creation", "random"})
+# request can make the host allocate past the device's capacity. Reductions, accumulations
+# and ravel are left out: their results are never larger than their inputs.
+_PRECHECK_RULES = frozenset({"elementwise", "matmul", "rmatmul", "dot", "astype", "like", "creation",
+                             "random"})
 _STRICT_META = os.environ.get("GPUREMOTE_STRICT_META") == "1"
 _DISPATCH: dict[str, str] = {}
 

@@ -77,6 +77,12 @@ def fill_array(msg: vpb.HostArray, arr: numpy.ndarray, scalar: bool = False) -> 
 
 def array_from_wire(msg: vpb.HostArray, writable: bool = False) -> numpy.ndarray:
     dt = dtype_from_wire(msg.dtype)
+    if not msg.shape:  # 0-d (NumPy scalars such as a float32 learning rate): the common small case
+        data = msg.data
+        if len(data) != dt.itemsize:
+            raise ValueError(f"array payload is {len(data)} bytes, but a 0-d {dt} needs {dt.itemsize}")
+        arr = numpy.frombuffer(data, dtype=dt).reshape(())
+        return arr.copy() if writable else arr
     shape = checked_shape(msg.shape, dt.itemsize)
     if len(msg.data) != math.prod(shape) * dt.itemsize:
         raise ValueError(f"array payload is {len(msg.data)} bytes, but shape {shape} of {dt} needs "

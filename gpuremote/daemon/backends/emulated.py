@@ -2,7 +2,8 @@
 
 N pretend devices, each with a memory capacity accounted exactly by the daemon's ledger.
 Streams run in issue order (execution is serial), events record the host clock at execution,
-and CUDA kernels cannot run: calling one raises CUDADeviceRequiredError.
+and CUDA kernels cannot run: calling one raises CUDADeviceRequiredError. BLAS is limited to
+DEFAULTS.emulate_blas_threads threads in the daemon's process (see _config for why).
 """
 
 from __future__ import annotations
@@ -62,6 +63,11 @@ class EmulatedBackend(Backend):
         memory = DEFAULTS.emulate_memory if memory is None else memory
         props = [DeviceProps(i, "gpuremote emulated device", memory, "00", 1) for i in range(count)]
         super().__init__(props)
+        from threadpoolctl import threadpool_limits
+        self._blas_limit = threadpool_limits(limits=DEFAULTS.emulate_blas_threads, user_api="blas")
+
+    def close(self):
+        self._blas_limit.restore_original_limits()
 
     def is_array(self, obj):
         return isinstance(obj, numpy.ndarray)
