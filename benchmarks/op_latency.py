@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Per-op latency of gpuremote against a bare gRPC Python stream, measured side by side.
 
-    python benchmarks/op_latency.py [--quick] [--json FILE]
+    python benchmarks/op_latency.py [--quick] [--json FILE] [--transport auto|grpc|socket|shm|...]
 
 Starts two subprocesses on 127.0.0.1, ports picked at run time: a gpuremote daemon
 (emulated backend) and a bare gRPC echo server (a generic stream-stream handler with bytes
@@ -12,7 +12,9 @@ drift on a noisy machine hits each of them alike, it measures:
      then one synchronize; client wall time per op without and with that final sync
      (and the client process's CPU time per op, all its threads);
   2. blocking round trip through gpuremote: `z.get()` of a 1-element array (one op that
-     wants a reply) and, for reference, `float(x.sum())` (an async op plus a value op);
+     wants a reply) and, for reference, `float(x.sum())` (an async op plus a value op),
+     over whichever op channel the client selected (gRPC stream, framed socket or shared
+     memory: gpuremote/transport), which the report names;
   3. bare gRPC ping-pong: one small bytes message sent through a request iterator fed by
      a queue.SimpleQueue and `next()` on the response iterator, exactly as the gpuremote
      client does its round trips, with the same channel options;
@@ -171,7 +173,7 @@ def summary(samples_s: list[float]) -> dict:
 
 
 # -- the measurement ------------------------------------------------------------------------------
-def measure(daemon_address: str, daemon_pid: int, echo_address: str, quick: bool) -> dict:
+def measure(daemon_address: str, daemon_pid: int, echo_address: str, quick: bool, transport: str | None = None) -> dict:
     import numpy
 
     import gpuremote
@@ -183,7 +185,9 @@ def measure(daemon_address: str, daemon_pid: int, echo_address: str, quick: bool
     warmup = 200
     per_round = -(-rtt_iters // rounds)
 
-    gpuremote.connect(daemon_address)
+    session = gpuremote.connect(daemon_address, transport=transport)
+    via = getattr(session._link, "via", "")
+    channel = session.transport + (f"/{via}" if session.transport == "socket" else "")   # the op channel the client selected
     bare = None
     try:
         bare = BareEcho(echo_address)
@@ -263,7 +267,8 @@ def measure(daemon_address: str, daemon_pid: int, echo_address: str, quick: bool
         "config": {"quick": quick, "rounds": rounds, "async_ops_per_round": async_ops,
                    "rtt_iterations": len(get_s), "warmup": warmup, "array": "16 x float32",
                    "python": platform.python_version(), "grpc": __import__("grpc").__version__,
-                   "cpus": os.cpu_count(), "machine": platform.machine(), "backend": "emulated"},
+                   "cpus": os.cpu_count(), "machine": platform.machine(), "backend": "emulated",
+                   "channel": channel},
         "async_op": {
             "op": "y = x + 1",
             "ops": n_async,
@@ -300,7 +305,7 @@ def report(res: dict, elapsed: float) -> None:
     a, g, s, b, q = (res["async_op"], res["gpuremote_rtt_get_us"], res["gpuremote_rtt_float_sum_us"],
                      res["bare_grpc_rtt_us"], res["ratios"])
     c = res["config"]
-    t = Table(title="gpuremote op latency vs bare gRPC (loopback)",
+    t = Table(title=f"gpuremote op latency vs bare gRPC (loopback; gpuremote ops over {c['channel']})",
               caption=f"async: total client time / {a['ops']:,} ops on 16 x float32; RTT: {g['n']} round trips "
                       "each, interleaved; "
                       f"daemon: emulated backend; bare: 32-byte echo; {c['cpus']} CPUs, "
@@ -318,8 +323,8 @@ def report(res: dict, elapsed: float) -> None:
     t.add_row("  client CPU/op, main thread", f"{a['client_main_thread_cpu_us_per_op']:.1f} us", "", "", "")
     if a["daemon_cpu_us_per_op"] is not None:
         t.add_row("  daemon CPU/op", f"{a['daemon_cpu_us_per_op']:.1f} us", "", "", "")
-    t.add_row("RTT gpuremote z.get()", f"{g['median']:.0f} us", f"{g['p99']:.0f} us", "", "")
-    t.add_row("RTT gpuremote float(x.sum())", f"{s['median']:.0f} us", f"{s['p99']:.0f} us", "", "")
+    t.add_row(f"RTT gpuremote z.get() [{c['channel']}]", f"{g['median']:.0f} us", f"{g['p99']:.0f} us", "", "")
+    t.add_row(f"RTT gpuremote float(x.sum()) [{c['channel']}]", f"{s['median']:.0f} us", f"{s['p99']:.0f} us", "", "")
     t.add_row("RTT bare gRPC ping-pong", f"{b['median']:.0f} us", f"{b['p99']:.0f} us", "", "")
     t.add_row("async op / target", f"{q['async_op_vs_target']:.2f}x", "", "<= 1x", "")
     t.add_row("RTT z.get() / bare", f"{q['rtt_get_vs_bare_median']:.2f}x", f"{q['rtt_get_vs_bare_p99']:.2f}x",
@@ -335,6 +340,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer iterations (about 5 s instead of 25 s on a 2-core machine)")
     parser.add_argument("--json", metavar="FILE", help="also write the numbers as a JSON object to FILE")
+    parser.add_argument("--transport", default=None,
+                        help="op channel for gpuremote: auto (default, or GPUREMOTE_TRANSPORT), grpc, socket, tcp, unix, "
+                             "shm; the report names the one the client selected")
     parser.add_argument("--serve-echo", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve_echo:
@@ -347,9 +355,9 @@ def main(argv: list[str] | None = None) -> int:
     children: list[Child] = []
     try:
         children.append(Child("gpuremote daemon", [sys.executable, "-m", "gpuremote.cli", "daemon", "--listen",
-                                                   "127.0.0.1:0", "--backend", "emulated", "--emulate", "1"]))
+                                                   "127.0.0.1:0", "--insecure", "--backend", "emulated", "--emulate", "1"]))
         children.append(Child("echo server", [sys.executable, os.path.abspath(__file__), "--serve-echo"]))
-        res = measure(children[0].address, children[0].proc.pid, children[1].address, args.quick)
+        res = measure(children[0].address, children[0].proc.pid, children[1].address, args.quick, args.transport)
     finally:
         for child in reversed(children):
             child.stop()

@@ -65,6 +65,42 @@ class Defaults:
     connect_timeout_s: float = 10.0
     # Largest kernel source accepted.
     max_kernel_source_bytes: int = 1 * 2**20
+    # --- data plane (gpuremote/transport/, gpuremote/daemon/dataplane.py) ---
+    # The client's op channel: auto takes shm when client and daemon share a host, else the framed
+    # socket (Unix socket on one host, TCP otherwise), else gRPC; grpc, socket, tcp, unix, shm and
+    # verbs ask for one (an unavailable one falls back, with a warning, to what auto would take).
+    transport: str = "auto"
+    # Whether the daemon opens its framed-socket listener (TCP on the gRPC host, plus a Unix socket):
+    # 0 where only the gRPC port may be reached or TLS must cover every byte.
+    dataplane: int = 1
+    # Arrays up to this size ride inside the op message on a socket channel; above it a raw frame
+    # beats copying the bytes through protobuf on both ends (measured: equal at about 8-16 KiB).
+    socket_inline_bytes: int = 16 * 2**10
+    # Frame reader buffer: one recv takes a whole reply or op batch (most are < 4 KiB).
+    socket_read_bytes: int = 256 * 2**10
+    # Idle page-aligned transfer buffers each process keeps for reuse: touching fresh memory runs at
+    # ~1.1 GB/s against ~18 GB/s for reused memory; 512 MiB holds two 256 MiB transfers in flight.
+    buffer_pool_bytes: int = 512 * 2**20
+    # The daemon's pool of upload buffers (on the emulated backend they become the device arrays, and
+    # are kept once freed as CuPy's memory pool keeps blocks): a loop of 256 MiB uploads holds three at
+    # once (the array in use, the one arriving, the one whose release follows it), plus headroom.
+    daemon_pool_bytes: int = 2 * 2**30
+    # Whether the daemon offers shared memory to clients on its host: 0 where /dev/shm-backed
+    # memory is scarce or a sandbox refuses memfds (clients then use the Unix socket).
+    shm: int = 1
+    # Shared-memory (and verbs) ring per direction: slots x slot size; 4 x 4 MiB pipelined measured
+    # 11 GB/s here, and 16 MiB per direction is small next to the arrays it moves.
+    ring_slots: int = 4
+    ring_slot_bytes: int = 4 * 2**20
+    # verbs: GID table index of port 1 (0: the port's default GID; RoCE v2 over IPv4 is often 1 or 3).
+    verbs_gid_index: int = 0
+    # Shared segments (pinned host buffers) one session may map in the daemon, and their total size:
+    # bounds what a client can make the daemon map.
+    shm_max_segments: int = 1024
+    shm_max_segment_bytes: int = 64 * 2**30
+    # Seconds a new data-plane connection has to present its attach token; also bounds the
+    # client's wait for the daemon to answer it.
+    attach_timeout_s: float = 5.0
     # --- pool manager (`gpuremote pool`) ---
     # Lease lifetime without renewal: a crashed client's devices come back within this long.
     # Clients renew every third of it, so 30 s survives two lost renewals in a row.
@@ -89,6 +125,30 @@ class Defaults:
     # in one message: far above real use, small enough that one message cannot bloat the state.
     pool_max_text_chars: int = 256
     pool_max_items: int = 32
+    # --- joining a pool (daemon agent, `gpuremote run --pool`, smi) ---
+    # Every call to the pool (register, heartbeat, renew, release, status) gives up after this:
+    # a pool that does not answer in 5 s on a LAN is down, and callers must never hang on it.
+    pool_rpc_timeout_s: float = 5.0
+    # A client reports an unreachable pool after this long ("within seconds"), instead of
+    # gRPC's default of waiting for the connection indefinitely.
+    pool_connect_timeout_s: float = 5.0
+    # Period of a daemon's re-register attempts while its pool is unreachable: short enough that
+    # a restarted pool sees its daemons again within a second or two, long enough to be no load.
+    pool_retry_s: float = 1.0
+    # Released or expired leases a daemon remembers, to refuse their still-unexpired grants;
+    # older ones are refused anyway once their grants expire (within one lease TTL).
+    pool_revoked_leases: int = 4096
+    # --- compute sharing (gpuremote/daemon/scheduler.py) ---
+    # How long a device is held for a flow that is behind its share, waiting for its next op:
+    # a session's next op arrives within ~0.1-1 ms on loopback (a client round trip), so 3 ms
+    # catches it; a longer hold idles the device when that flow has no more work.
+    scheduler_anticipate_s: float = 0.003
+    # Unfinished device-time measurements one flow may have (cupy: CUDA events not yet passed);
+    # past it the flow's next op waits for its oldest, so it cannot queue unbounded GPU work
+    # ahead of its charges.
+    scheduler_max_pending: int = 256
+    # Utilisation (busy fraction) reported in Info, heartbeats and metrics is over this window.
+    scheduler_window_s: float = 5.0
 
 
 def _from_env(base: Defaults) -> Defaults:
@@ -97,7 +157,9 @@ def _from_env(base: Defaults) -> Defaults:
         raw = os.environ.get("GPUREMOTE_" + field.name.upper())
         if raw is None:
             continue
-        if field.type == "float":
+        if field.type == "str":
+            changes[field.name] = raw.strip().lower()
+        elif field.type == "float":
             changes[field.name] = float(raw)
         elif field.name.endswith("bytes") or field.name == "emulate_memory":
             changes[field.name] = parse_size(raw)

@@ -11,6 +11,8 @@ import click
 
 from gpuremote import __version__
 from gpuremote._config import DEFAULTS, parse_size
+from gpuremote.cli_member import member_options
+from gpuremote.cli_security import security_options
 
 
 class _Size(click.ParamType):
@@ -67,10 +69,13 @@ def main():
 @click.option("--max-sessions", type=click.IntRange(1, 4096), default=DEFAULTS.max_sessions, show_default=True,
               help="Most sessions served at once.")
 @click.option("-v", "--verbose", is_flag=True, help="Log sessions opening and closing.")
-def daemon(listen, backend, devices, emulate, emulate_memory, max_sessions, verbose):
+@member_options
+@security_options("server")
+def daemon(listen, backend, devices, emulate, emulate_memory, max_sessions, verbose, security, membership):
     """Serve this host's GPUs (or emulated devices) to gpuremote clients.
 
-    Clients connect with GPUREMOTE_DAEMON=HOST:PORT or gpuremote.connect("HOST:PORT").
+    Clients connect with GPUREMOTE_DAEMON=HOST:PORT or gpuremote.connect("HOST:PORT"); with --pool,
+    through the pool (gpuremote run --pool ADDR), presenting its grants.
     Stops cleanly on SIGINT or SIGTERM, freeing every session.
     """
     from gpuremote.daemon.backends import create
@@ -88,28 +93,41 @@ def daemon(listen, backend, devices, emulate, emulate_memory, max_sessions, verb
                 if backend == "cupy" and not isinstance(exc, ValueError) else "")
         raise click.ClickException(f"cannot start the {backend} backend ({exc}){hint}")
     try:
-        server = DaemonServer(dev, listen, max_sessions).start()
+        server = DaemonServer(dev, listen, max_sessions, admission=membership.admission(dev),
+                              security=security).start()
     except (OSError, RuntimeError) as exc:
         raise click.ClickException(f"cannot listen on {listen}: {exc}. Is the port already in use (another "
                                    "gpuremote daemon?) or HOST not an address of this machine? Pick a free port "
                                    "(or port 0 for any) and a local address such as 127.0.0.1 or 0.0.0.0")
     names = ", ".join(f"{p.index}: {p.name} ({p.total_memory / 2**30:.1f} GiB)" for p in dev.props)
     click.echo(f"gpuremote daemon {__version__} listening on {server.address} "
-               f"(backend {dev.kind}; devices {names})", err=False)
+               f"(backend {dev.kind}; devices {names}; {security.describe()})", err=False)
     sys.stdout.flush()
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
+    try:
+        membership.start(server, listen)    # --pool: join it; --metrics-port: serve metrics
+    except BaseException:
+        server.stop(grace=0)
+        raise
     stop.wait()
+    membership.stop()
     server.stop(grace=2.0)
     click.echo("gpuremote daemon stopped")
 
 
 from gpuremote.cli_pool import pool  # noqa: E402
 from gpuremote.cli_run import run  # noqa: E402
+from gpuremote.cli_bench import bench  # noqa: E402
+from gpuremote.cli_smi import smi  # noqa: E402
+from gpuremote.cli_local import local  # noqa: E402
 
 main.add_command(run)
+main.add_command(bench)
 main.add_command(pool)
+main.add_command(smi)
+main.add_command(local)
 
 if __name__ == "__main__":
     main()

@@ -16,6 +16,7 @@ import click
 
 from gpuremote import __version__
 from gpuremote._config import DEFAULTS
+from gpuremote.cli_security import security_options
 from gpuremote.pool.placement import POLICIES
 
 
@@ -50,19 +51,34 @@ def _ttl(ctx, param, value):
 @click.option("--oversubscribe-compute", is_flag=True,
               help="Let compute shares on a device sum past 1 (memory is never oversubscribed).")
 @click.option("-v", "--verbose", is_flag=True, help="Log registrations, leases, releases and expiries.")
-def pool(listen, state_path, lease_ttl, policy, oversubscribe_compute, verbose):
+@click.option("--metrics-port", type=click.IntRange(0, 65535), metavar="PORT",
+              help="Serve Prometheus metrics at http://HOST:PORT/metrics (0 picks a free port, printed).")
+@click.option("--daemon-token-file", metavar="FILE",
+              help="Reserve Register and Heartbeat (which hand out the grant key) to daemons presenting the "
+                   "secret in FILE (mode 600), so that tenants holding --token-file cannot register.")
+@security_options("server")
+def pool(listen, state_path, lease_ttl, policy, oversubscribe_compute, verbose, metrics_port, daemon_token_file,
+         security):
     """Run the pool manager: daemons register their devices, clients lease devices or shares of them.
 
-    Serve it only on a trusted network: registering daemons receive the key grants are signed with.
+    Registering daemons receive the key grants are signed with: require a token and/or client
+    certificates (SECURITY.md), and give daemons a token of their own with --daemon-token-file.
     Stops cleanly on SIGINT or SIGTERM; leases survive a restart from the same --state file.
     """
-    from gpuremote.pool.server import PoolServer
+    from gpuremote.pool.server import DAEMON_METHODS, PoolServer
     from gpuremote.pool.store import StoreError
+    from gpuremote.transport import auth
+
+    if daemon_token_file:
+        try:
+            security = security.requiring(DAEMON_METHODS, auth.load_token(daemon_token_file, "--daemon-token-file"))
+        except auth.AuthConfigError as exc:
+            raise click.BadParameter(str(exc), param_hint=exc.option)
 
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(message)s")
     try:
-        server = PoolServer(listen, state_path, lease_ttl, policy, oversubscribe_compute).start()
+        server = PoolServer(listen, state_path, lease_ttl, policy, oversubscribe_compute, security=security).start()
     except StoreError as exc:
         raise click.ClickException(str(exc))
     except (OSError, RuntimeError) as exc:
@@ -71,11 +87,23 @@ def pool(listen, state_path, lease_ttl, policy, oversubscribe_compute, verbose):
                                    "(or port 0 for any) and a local address such as 127.0.0.1 or 0.0.0.0")
     oversub = ", compute oversubscribed" if oversubscribe_compute else ""
     click.echo(f"gpuremote pool {__version__} listening on {server.address} (state {state_path}; "
-               f"lease TTL {lease_ttl:g} s; policy {policy}{oversub})")
+               f"lease TTL {lease_ttl:g} s; policy {policy}{oversub}; {security.describe()})")
+    metrics = None
+    if metrics_port is not None:     # gpuremote/metrics.py
+        from gpuremote.metrics import MetricsServer, PoolCollector
+        try:
+            metrics = MetricsServer(metrics_port, PoolCollector(server.pool), addr=listen.rpartition(":")[0])
+        except OSError as exc:
+            server.stop(grace=0)
+            raise click.ClickException(f"cannot serve metrics on port {metrics_port}: {exc}; pick a free port, "
+                                       "or 0 for any")
+        click.echo(f"metrics on http://{listen.rpartition(':')[0]}:{metrics.port}/metrics")
     sys.stdout.flush()
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     stop.wait()
+    if metrics is not None:
+        metrics.stop()
     server.stop(grace=2.0)
     click.echo("gpuremote pool stopped")

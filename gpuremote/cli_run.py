@@ -9,6 +9,7 @@ import sys
 import click
 
 from gpuremote._config import parse_size
+from gpuremote.cli_security import security_options
 
 
 def _fraction(ctx, param, value):
@@ -27,6 +28,16 @@ def _memory(ctx, param, value):
     if size <= 0:
         raise click.BadParameter("must be more than 0 bytes, e.g. 4GiB")
     return size
+
+
+def _filters(ctx, param, value):
+    from gpuremote.pool.placement import RequestError, parse_filter
+    for text in value:
+        try:
+            parse_filter(text)
+        except RequestError as exc:
+            raise click.BadParameter(str(exc))
+    return list(value)
 
 
 def _addresses(ctx, param, value):
@@ -51,27 +62,34 @@ def _addresses(ctx, param, value):
               help="Memory of each device instead of a share, e.g. 4GiB.")
 @click.option("--daemon", "daemons", callback=_addresses, metavar="ADDR[,ADDR...]",
               help="Use these daemons' devices (default: GPUREMOTE_DAEMON).")
-@click.option("--pool", metavar="ADDR", help="Allocate through a pool (default: GPUREMOTE_POOL).")
+@click.option("--pool", metavar="ADDR", callback=lambda ctx, param, v: v and _addresses(ctx, param, v)[0],
+              help="Allocate through a pool (default: GPUREMOTE_POOL).")
 @click.option("--local", is_flag=True, help="Start an embedded daemon for this command (the default when "
                                            "nothing is configured): the host's GPU, else an emulated device.")
 @click.option("--wait", type=click.FloatRange(min=0), default=0, show_default=True, metavar="SECONDS",
               help="How long to wait in the pool's queue for free capacity.")
+@click.option("--filter", "filters", multiple=True, callback=_filters, metavar="FILTER",
+              help="Where the pool may place the devices (repeatable, all must hold): host=NAME, "
+                   "device.name=TEXT, device.memory>=SIZE, transport=NAME (e.g. rdma).")
 @click.option("--stats", "show_stats", is_flag=True, help="Print a summary of ops, round trips and bytes at exit.")
 @click.option("--stats-json", type=click.Path(dir_okay=False, writable=True), metavar="FILE",
               help="Write the summary as JSON.")
+@security_options()
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def run(count, fraction, memory, daemons, pool, local, wait, show_stats, stats_json, command):
+def run(count, fraction, memory, daemons, pool, local, wait, filters, show_stats, stats_json, command, security):
     """Run COMMAND with `import cupy` served by gpuremote devices.
 
     \b
       gpuremote run -- python train.py              embedded daemon (GPU or emulated)
       gpuremote run -n 2 --daemon gpu1:7200 -- python train.py
       gpuremote run -m 2GiB --stats -- python train.py
+      gpuremote run --pool pool:7100 -n 2 -p 0.5 --filter device.memory>=16GiB -- python train.py
 
     The command's exit code, output and signals behave as if it ran directly; its devices are
     released when it exits, also when it crashes or is killed.
     """
     from gpuremote import launcher
+    from gpuremote.transport import auth
 
     if fraction is not None and memory is not None:
         raise click.UsageError("give either -p/--partial or -m/--memory, not both")
@@ -80,22 +98,31 @@ def run(count, fraction, memory, daemons, pool, local, wait, show_stats, stats_j
         daemons = _addresses(None, None, os.environ["GPUREMOTE_DAEMON"])
     if sum(bool(x) for x in (daemons, pool, local)) > 1:
         raise click.UsageError("choose one source of devices: --daemon, --pool or --local")
+    if filters and not pool:
+        raise click.UsageError("--filter places devices in a pool: give --pool ADDR (or set GPUREMOTE_POOL)")
     request = launcher.Request(count, fraction, memory)
-    embedded = None
+    # The command (and this process's own channels) get the token file and TLS files as paths.
+    auth.update_environ(security.env())
+    embedded = lease = None
+    extra_env = None
     try:
-        if pool:
-            raise launcher.LaunchError("this gpuremote build has no pool manager yet: use --daemon ADDR or --local")
-        if daemons:
+        if pool:        # the lease is renewed from this process while the command runs, released after it
+            lease = launcher.lease_from_pool(pool, request, filters, wait, list(command), security)
+            devices, extra_env = lease.devices, lease.env()
+        elif daemons:
             devices = launcher.devices_from_daemons(daemons, request)
         else:
             embedded = launcher.EmbeddedDaemon(request)
             devices = embedded.devices
-        status, stats = launcher.run_command(list(command), devices)
+        status, stats = launcher.run_command(list(command), devices, extra_env)
     except launcher.LaunchError as exc:
         raise click.ClickException(str(exc))
     finally:
         if embedded is not None:
             embedded.stop()
+        if lease is not None:
+            lease.release()
+            lease.client.close()
     if stats_json:
         with open(stats_json, "w") as f:
             json.dump(stats, f, indent=2)

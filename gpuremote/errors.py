@@ -47,6 +47,10 @@ class GrantError(GpuremoteError, PermissionError):
     """A pool grant was refused: bad signature, malformed, or expired."""
 
 
+class AuthenticationError(GpuremoteError, PermissionError):
+    """A daemon or pool refused this client's credentials (token or certificate)."""
+
+
 class OutOfMemoryError(MemoryError):
     """Device memory would be exceeded; the same role as cupy.cuda.memory.OutOfMemoryError."""
 

@@ -21,6 +21,7 @@ import tempfile
 import grpc
 
 from gpuremote._config import DEFAULTS
+from gpuremote.transport import auth
 
 HOOK_DIR = str(pathlib.Path(__file__).resolve().parent / "hook" / "site")
 _FORWARDED = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
@@ -42,9 +43,13 @@ def daemon_devices(address: str, timeout: float = 5.0):
     from gpuremote.v1 import daemon_pb2_grpc
     from gpuremote.wire import pb
     try:
-        with grpc.insecure_channel(address) as channel:
+        with auth.channel(address) as channel:      # token and TLS from the environment
             return daemon_pb2_grpc.DaemonStub(channel).Info(pb.InfoRequest(), timeout=timeout)
+    except auth.AuthConfigError as exc:
+        raise LaunchError(str(exc)) from None
     except grpc.RpcError as exc:
+        if exc.code() == grpc.StatusCode.UNAUTHENTICATED:
+            raise LaunchError(f"the gpuremote daemon at {address} refused this client: {exc.details()}") from None
         raise LaunchError(f"cannot reach a gpuremote daemon at {address} ({exc.code().name.lower()}): check that "
                           "`gpuremote daemon` runs there and that the address is right") from None
 
@@ -63,6 +68,46 @@ def devices_from_daemons(addresses: list[str], request: Request) -> list[str]:
     return found[:request.count]
 
 
+def client_name(command: list[str]) -> str:
+    """Who holds a lease, for operators (`gpuremote smi`): user@host and the command line."""
+    import getpass
+    import shlex
+    import socket
+    try:
+        user = getpass.getuser()
+    except Exception:        # no user name in a bare container
+        user = str(os.getuid())
+    return f"{user}@{socket.gethostname()}: {shlex.join(command)}"[:200]
+
+
+def lease_from_pool(address: str, request: Request, filters: list[str], wait: float, command: list[str],
+                    security=None):
+    """A pool lease for `request` (gpuremote.pool.client.Lease, renewed until released), or LaunchError
+    with the pool's reason: unreachable, not enough capacity, bad filters."""
+    from gpuremote.pool.client import Lease, PoolClient, PoolError
+    from gpuremote.v1 import pool_pb2
+    if request.fraction is not None:
+        size = {"fraction": request.fraction}
+    elif request.memory is not None:
+        size = {"memory": request.memory}
+    else:
+        size = {"whole": True}
+    ask = pool_pb2.AllocateRequest(count=request.count, filters=filters, wait_s=wait,
+                                   client_name=client_name(command), **size)
+    try:
+        client = PoolClient(address, security)
+    except PoolError as exc:
+        raise LaunchError(str(exc)) from None
+    try:
+        return Lease.allocate(client, ask)
+    except PoolError as exc:
+        client.close()
+        raise LaunchError(str(exc)) from None
+    except BaseException:
+        client.close()
+        raise
+
+
 class EmbeddedDaemon:
     """A daemon in this process on a free loopback port, for --local."""
 
@@ -77,18 +122,31 @@ class EmbeddedDaemon:
         self.backend = create(backend, None, request.count, memory)
         if len(self.backend.props) < request.count:
             raise LaunchError(f"asked for {request.count} device(s), this host has {len(self.backend.props)}")
-        self.server = DaemonServer(self.backend, "127.0.0.1:0").start()
+        # It requires a random token of this run, which this process and the command read from
+        # GPUREMOTE_TOKEN_FILE (a file in a private temporary folder); stop() restores the environment.
+        self._token = auth.EphemeralToken()
+        try:
+            self.server = DaemonServer(self.backend, "127.0.0.1:0", security=self._token.server_security()).start()
+        except BaseException:
+            self._token.remove()
+            raise
+        self._saved_env = auth.update_environ(self._token.client_env())
         self.devices = [f"{self.server.address}/{i}" for i in range(request.count)]
 
     def stop(self) -> None:
         self.server.stop(grace=1.0)
+        auth.update_environ(self._saved_env)
+        self._token.remove()
 
 
-def _child_env(devices: list[str], stats_dir: str) -> dict:
+def _child_env(devices: list[str], stats_dir: str, extra: dict | None = None) -> dict:
     env = dict(os.environ)
     env["PYTHONPATH"] = HOOK_DIR + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env["GPUREMOTE_DEVICES"] = ",".join(devices)
     env.pop("GPUREMOTE_DAEMON", None)
+    for name in ("GPUREMOTE_GRANTS", "GPUREMOTE_GRANTS_FILE"):   # only a --pool run's own grants
+        env.pop(name, None)
+    env.update(extra or {})
     env["GPUREMOTE_STATS_DIR"] = stats_dir
     env.setdefault("GRPC_ENABLE_FORK_SUPPORT", "1")
     return env
@@ -111,11 +169,11 @@ def collect_stats(stats_dir: str) -> dict:
     return total
 
 
-def run_command(command: list[str], devices: list[str]) -> tuple[int, dict]:
+def run_command(command: list[str], devices: list[str], extra_env: dict | None = None) -> tuple[int, dict]:
     """Run `command` on `devices`; returns (exit status as subprocess gives it, statistics)."""
     with tempfile.TemporaryDirectory(prefix="gpuremote-stats-") as stats_dir:
         try:
-            child = subprocess.Popen(command, env=_child_env(devices, stats_dir))
+            child = subprocess.Popen(command, env=_child_env(devices, stats_dir, extra_env))
         except FileNotFoundError:
             raise LaunchError(f"command not found: {command[0]}") from None
         except PermissionError:
@@ -145,7 +203,10 @@ def exit_like(status: int) -> int:
     if status < 0:
         sys.stdout.flush()
         sys.stderr.flush()
-        signal.signal(-status, signal.SIG_DFL)
+        try:
+            signal.signal(-status, signal.SIG_DFL)
+        except (OSError, ValueError):   # SIGKILL and SIGSTOP have no handler to reset
+            pass
         os.kill(os.getpid(), -status)
         return 128 - status  # not reached for fatal signals
     return status

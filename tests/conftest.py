@@ -19,10 +19,11 @@ BACKEND = os.environ.get("GPUREMOTE_TEST_BACKEND", "emulated")
 
 
 class DaemonProcess:
-    """A `gpuremote daemon` subprocess; `address` is where it listens."""
+    """A `gpuremote daemon` subprocess; `address` is where it listens (unauthenticated unless
+    `security` gives other flags, e.g. ("--token-file", path))."""
 
-    def __init__(self, *args: str, env: dict | None = None):
-        cmd = [sys.executable, "-m", "gpuremote.cli", "daemon", "--listen", "127.0.0.1:0", *args]
+    def __init__(self, *args: str, env: dict | None = None, security: tuple[str, ...] = ("--insecure",)):
+        cmd = [sys.executable, "-m", "gpuremote.cli", "daemon", "--listen", "127.0.0.1:0", *security, *args]
         full_env = dict(os.environ, GPUREMOTE_STRICT_META="1", PYTHONUNBUFFERED="1", **(env or {}))
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=full_env)
         deadline = time.monotonic() + 30

@@ -16,7 +16,7 @@ from conftest import DaemonProcess, backend_args
 
 def run_daemon(*args: str, timeout: float = 30) -> subprocess.CompletedProcess:
     """`python -m gpuremote.cli daemon ARGS`; a daemon that is still running at `timeout` fails the test."""
-    cmd = [sys.executable, "-m", "gpuremote.cli", "daemon", *args]
+    cmd = [sys.executable, "-m", "gpuremote.cli", "daemon", "--insecure", *args]
     try:
         return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired as exc:          # subprocess.run has killed it already
@@ -73,7 +73,8 @@ def test_second_daemon_on_the_same_port_is_refused():
 
 
 def test_address_not_of_this_machine():
-    result = run_daemon("--backend", "emulated", "--listen", "192.0.2.1:7200")   # TEST-NET-1: never local
+    result = run_daemon("--backend", "emulated", "--listen", "192.0.2.1:7200",    # TEST-NET-1: never local
+                        "--insecure-listen-anywhere")
     assert result.returncode == 1, (result.stdout, result.stderr)
     assert "cannot listen on 192.0.2.1:7200" in result.stderr and "local address" in result.stderr
 

@@ -15,7 +15,7 @@ from test_pool_e2e import PoolProcess
 def run_pool(*args: str, timeout: float = 30) -> subprocess.CompletedProcess:
     """`python -m gpuremote.cli pool ARGS`; a pool still running at `timeout` fails the test."""
     try:
-        return subprocess.run([sys.executable, "-m", "gpuremote.cli", "pool", *args],
+        return subprocess.run([sys.executable, "-m", "gpuremote.cli", "pool", "--insecure", *args],
                               capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired as exc:            # subprocess.run has killed it already
         pytest.fail(f"`{' '.join(args)}` started a pool instead of refusing: {exc.stdout!r}")

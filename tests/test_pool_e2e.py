@@ -28,8 +28,9 @@ DEVICE_MEMORY = 8 * GiB
 class PoolProcess:
     """A `gpuremote pool` subprocess on 127.0.0.1:0; `stub` talks to it."""
 
-    def __init__(self, state, *args: str, env: dict | None = None):
-        cmd = [sys.executable, "-m", "gpuremote.cli", "pool", "--listen", "127.0.0.1:0", "--state", str(state), *args]
+    def __init__(self, state, *args: str, env: dict | None = None, security: tuple[str, ...] = ("--insecure",)):
+        cmd = [sys.executable, "-m", "gpuremote.cli", "pool", "--listen", "127.0.0.1:0", "--state", str(state),
+               *security, *args]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                      env=dict(os.environ, PYTHONUNBUFFERED="1", **(env or {})))
         self.lines: list[str] = []

@@ -53,6 +53,11 @@ def connect(address: str, indices: list[int] | None = None, **kwargs) -> Session
     missing = [i for i in chosen if i not in offered]
     if missing:
         session.close()
+        if session.grants:    # a pool daemon offers only the devices the grants name
+            from gpuremote.errors import GrantError
+            raise GrantError(f"device {missing[0]} of the daemon at {address} is not granted to this process: its "
+                             f"grants cover device(s) {offered} there. Use the devices `gpuremote run --pool` "
+                             "gave the program (GPUREMOTE_DEVICES), or allocate a lease for this device")
         raise ValueError(f"the daemon at {address} has no device {missing[0]} (it has {offered})")
     with _lock:
         if address not in _addresses:
@@ -87,15 +92,19 @@ def devices() -> list[DeviceRef]:
     """The process's devices, connecting at first use to GPUREMOTE_DEVICES (host:port/index list,
     set by `gpuremote run`) or else to every device of GPUREMOTE_DAEMON (host:port list)."""
     if not _devices and not _addresses and os.environ.get("GPUREMOTE_DEVICES"):
+        from gpuremote.client import grants   # pool grants, when `gpuremote run --pool` set them
+        granted = grants.from_environ()
         for address, indices in _parse_devices(os.environ["GPUREMOTE_DEVICES"]):
-            connect(address, indices)
+            connect(address, indices, grants=granted.get(address, ()))
     if not _devices:
         addresses = ",".join(_addresses) or os.environ.get("GPUREMOTE_DAEMON", "")
         if not addresses:
             raise RuntimeError("gpuremote has no daemon to talk to: start one with `gpuremote daemon`, then set "
                                "GPUREMOTE_DAEMON=host:port or call gpuremote.connect('host:port')")
+        from gpuremote.client import grants   # a forked child of a --pool run presents the current grants
+        granted = grants.from_environ()
         for address in filter(None, (a.strip() for a in addresses.split(","))):
-            connect(address)
+            connect(address, grants=granted.get(address, ()))
     return _devices
 
 

@@ -10,6 +10,7 @@ there, naming the op and the application's source line that issued it.
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import queue
 import socket
@@ -24,10 +25,12 @@ import numpy
 from gpuremote._config import DEFAULTS, PROTOCOL_VERSION
 from gpuremote.client.stats import STATS
 from gpuremote.errors import DeviceLostError, LimitExceededError, ProtocolError, rebuild
+from gpuremote.transport import attach as attach_link
+from gpuremote.transport import buffers, grpc_chunks, host_id
+from gpuremote.transport.base import lost as link_lost
 from gpuremote.transport.grpc_channel import open_channel, translate
-from gpuremote.v1 import daemon_pb2_grpc
 from gpuremote.wire import pb
-from gpuremote.wire.codec import dtype_from_wire, encode
+from gpuremote.wire.codec import decode, dtype_from_wire, encode
 
 _CLOSE = None
 # Handles named by one Release op: keeps the op far below the message size limit.
@@ -40,8 +43,13 @@ class Session:
     proxy_type: type = type(None)
 
     def __init__(self, address: str, client_name: str | None = None,
-                 timeout: float = DEFAULTS.connect_timeout_s):
+                 timeout: float = DEFAULTS.connect_timeout_s, transport: str | None = None, grants=()):
         self.address = address
+        # Pool grants (gpuremote.v1.SignedGrant) the session presents: a pool's daemon requires them.
+        self.grants = list(grants)
+        # The session's fast op channel (gpuremote/transport), when one attached; else the gRPC stream.
+        self._link = None
+        self.transport = "grpc"
         self._channel = open_channel(address, timeout)
         self._outbox: queue.SimpleQueue = queue.SimpleQueue()
         self._lock = threading.RLock()
@@ -54,13 +62,17 @@ class Session:
         self._batch_bytes = 0
         self.lost: Exception | None = None
         self.closed = False
-        stub = daemon_pb2_grpc.DaemonStub(self._channel)
-        self._responses = stub.Session(self._requests())
+        # Chunk messages skip protobuf's copies both ways (transport/grpc_chunks.py; same wire format).
+        session_call = self._channel.stream_stream("/gpuremote.v1.Daemon/Session", request_serializer=grpc_chunks.serialize,
+                                                   response_deserializer=_server_message)
+        self._responses = session_call(self._requests())
         hello = pb.ClientMessage()
         hello.open.protocol_version = PROTOCOL_VERSION
         hello.open.client_name = client_name or os.path.basename(sys.argv[0] if sys.argv and sys.argv[0] else "python")
         hello.open.client_pid = os.getpid()
         hello.open.client_host = socket.gethostname()
+        hello.open.client_host_id = host_id()
+        hello.open.grants.extend(self.grants)
         self._outbox.put(hello)
         try:
             opened = self._next().opened
@@ -79,6 +91,31 @@ class Session:
         if opened.limits.max_ops_per_batch:
             self._flush_ops = max(1, min(self._flush_ops, opened.limits.max_ops_per_batch - 2))
         self.chunk_bytes = min(opened.limits.chunk_bytes or DEFAULTS.chunk_bytes, max_message // 2)
+        try:    # move the op stream to the daemon's data plane when one can be reached (else stay on gRPC)
+            self._link = attach_link(address, self.session_id, opened.data_plane, transport)
+        except BaseException:
+            self._outbox.put(_CLOSE)
+            self._channel.close()
+            raise
+        if self._link is not None:
+            self.transport = self._link.name
+            # The link has no keepalive of its own that sees a frozen daemon (its kernel still ACKs);
+            # the gRPC stream beside it has (HTTP/2 pings): when that stream ends, wake the link.
+            self._responses.add_done_callback(self._stream_ended)
+
+    def _stream_ended(self, call) -> None:
+        """The session's gRPC stream ended while a data-plane link carries its ops: the daemon is gone,
+        froze (keepalive) or ended the session, so a thread blocked on the link must not wait forever."""
+        link = self._link
+        if link is None or self.closed:
+            return
+        self._stream_end = translate(call, self.address) if call.code() != grpc.StatusCode.OK else \
+            DeviceLostError(f"the gpuremote daemon at {self.address} ended the session")
+        fs = getattr(link, "fs", None)
+        if fs is not None and hasattr(fs, "shutdown"):
+            fs.shutdown()           # a blocked recv sees the end (closing alone would not wake it)
+        else:
+            link.abandon()
 
     def _requests(self):
         while True:
@@ -90,6 +127,11 @@ class Session:
     def _next(self) -> pb.ServerMessage:
         if self.lost is not None:
             raise self.lost
+        if self._link is not None:
+            try:
+                return self._link.recv()
+            except (OSError, EOFError, ProtocolError, LimitExceededError) as exc:
+                raise self._link_lost(exc) from None
         try:
             return next(self._responses)
         except grpc.RpcError as exc:
@@ -97,6 +139,22 @@ class Session:
         except StopIteration:
             self.lost = DeviceLostError(f"the gpuremote daemon at {self.address} ended the session")
         raise self.lost
+
+    def _send(self, msg: pb.ClientMessage) -> None:
+        link = self._link
+        if link is None:
+            self._outbox.put(msg)
+            return
+        try:
+            link.send(msg)
+        except (OSError, EOFError, ProtocolError, LimitExceededError) as exc:
+            raise self._link_lost(exc) from None
+
+    def _link_lost(self, exc: BaseException) -> Exception:
+        link = self._link
+        self.lost = getattr(self, "_stream_end", None) or link_lost(exc, self.address, link.name)
+        link.abandon()
+        return self.lost
 
     # -- handles ------------------------------------------------------------------------
     def new_handle(self) -> int:
@@ -197,22 +255,28 @@ class Session:
             up.meta.dtype = host.dtype.str
             up.meta.shape.extend(host.shape)
             STATS.bytes_h2d += nbytes
-            if nbytes <= DEFAULTS.inline_bytes:
+            link = self._link
+            if nbytes <= (DEFAULTS.inline_bytes if link is None else link.inline_bytes):
                 up.data = host.tobytes()
                 self._batch_bytes += nbytes
                 if len(self._ops) >= self._flush_ops or self._batch_bytes >= self._max_batch_bytes:
                     self._flush()
                 return
+            flat = host.reshape(-1).view(numpy.uint8)
+            if link is not None:      # the bytes follow their batch as bulk frames of the link
+                up.chunks = link.upload_chunks(flat)
+                self._flush()
+                try:
+                    link.send_upload(flat)
+                except (OSError, EOFError, ProtocolError, LimitExceededError) as exc:
+                    raise self._link_lost(exc) from None
+                STATS.messages += 1
+                return
             chunk = self.chunk_bytes
             up.chunks = -(-nbytes // chunk)
             self._flush()
-            flat = host.reshape(-1).view(numpy.uint8)
             for offset in range(0, nbytes, chunk):
-                msg = pb.ClientMessage()
-                msg.chunk.seq = op.seq
-                msg.chunk.offset = offset
-                msg.chunk.data = flat[offset:offset + chunk].tobytes()
-                self._outbox.put(msg)
+                self._outbox.put(grpc_chunks.encode(op.seq, offset, memoryview(flat[offset:offset + chunk])))
                 STATS.messages += 1
 
     def flush(self) -> None:
@@ -228,7 +292,7 @@ class Session:
             op.release.handles.extend(handles)
         if not len(self._ops):
             return
-        self._outbox.put(self._msg)
+        self._send(self._msg)
         STATS.messages += 1
         self._msg = pb.ClientMessage()
         self._ops = self._msg.batch.ops
@@ -266,7 +330,6 @@ class Session:
         return result
 
     def _result(self, reply: pb.Reply) -> Any:
-        from gpuremote.wire.codec import decode
         outcome = reply.WhichOneof("outcome")
         if outcome == "value":
             value = decode(reply.value, _no_handles)
@@ -286,6 +349,15 @@ class Session:
     def _receive_chunks(self, reply: pb.Reply) -> numpy.ndarray:
         meta = reply.chunked.meta
         dtype = dtype_from_wire(meta.dtype)
+        if self._link is not None:   # into a page-aligned, reused buffer, straight from the link
+            shape = tuple(meta.shape)
+            flat = buffers.take(math.prod(shape) * dtype.itemsize)
+            try:
+                self._link.receive_fetch(reply.chunked.chunks, flat)
+            except (OSError, EOFError, ProtocolError, LimitExceededError) as exc:
+                raise self._link_lost(exc) from None
+            STATS.bytes_d2h += flat.nbytes
+            return flat.view(dtype).reshape(shape)
         out = numpy.empty(tuple(meta.shape), dtype)
         flat = out.reshape(-1).view(numpy.uint8)
         offset = 0
@@ -302,6 +374,8 @@ class Session:
 
     @staticmethod
     def _raise_errors(reply: pb.Reply) -> None:
+        if not reply.deferred_errors and reply.WhichOneof("outcome") != "error":
+            return      # the common case, checked cheaply: this runs at every sync point
         errors = list(reply.deferred_errors)
         if reply.WhichOneof("outcome") == "error" and all(e.seq != reply.error.seq for e in errors):
             errors.append(reply.error)
@@ -329,6 +403,9 @@ class Session:
                     self._flush()
             finally:
                 self.closed = True
+                link, self._link = self._link, None
+                if link is not None:    # after the daemon has run what it was sent
+                    link.close() if self.lost is None else link.abandon()
                 self._outbox.put(_CLOSE)
         def drain():  # until the daemon ends the stream, so its cleanup has run when close returns
             try:
@@ -341,6 +418,10 @@ class Session:
         drainer.start()
         drainer.join(timeout=DEFAULTS.keepalive_timeout_ms / 1000)
         self._channel.close()
+
+
+def _server_message(data: bytes):
+    return grpc_chunks.decode(data) or pb.ServerMessage.FromString(data)
 
 
 def _no_handles(handle: int):

@@ -1,7 +1,8 @@
 """cupyx for gpuremote: pinned host buffers and the scipy.special basics.
 
-Pinned buffers are ordinary page-aligned host arrays here: the transfer path, not the page
-lock, decides the copy cost over the network.
+Pinned buffers live in page-aligned shared memory (memfd segments, reused once dropped): a
+daemon on the same host maps them, so an upload from one is a single copy, read in place by the
+daemon (gpuremote/transport/shm.py). With a remote daemon they are ordinary aligned host arrays.
 """
 
 from __future__ import annotations
@@ -9,22 +10,28 @@ from __future__ import annotations
 import numpy
 
 from gpuremote.cupyx import scipy  # noqa: F401
+from gpuremote.transport.buffers import pinned as _pinned
 
 
 def empty_pinned(shape, dtype=float, order="C") -> numpy.ndarray:
-    return numpy.empty(shape, dtype=dtype, order=order)
+    return _pinned(shape, dtype, order)
 
 
 def zeros_pinned(shape, dtype=float, order="C") -> numpy.ndarray:
-    return numpy.zeros(shape, dtype=dtype, order=order)
+    out = _pinned(shape, dtype, order)
+    out.fill(0)          # a reused buffer holds its last user's bytes
+    return out
 
 
 def empty_like_pinned(a, dtype=None, order="K", subok=None, shape=None) -> numpy.ndarray:
-    return numpy.empty(a.shape if shape is None else shape, dtype=a.dtype if dtype is None else dtype)
+    return _pinned(a.shape if shape is None else shape, a.dtype if dtype is None else dtype,
+                   "F" if order == "F" or (order in ("A", "K") and numpy.isfortran(a)) else "C")
 
 
 def zeros_like_pinned(a, dtype=None, order="K", subok=None, shape=None) -> numpy.ndarray:
-    return numpy.zeros(a.shape if shape is None else shape, dtype=a.dtype if dtype is None else dtype)
+    out = empty_like_pinned(a, dtype, order, subok, shape)
+    out.fill(0)
+    return out
 
 
 def get_array_module(*args):

@@ -7,6 +7,7 @@ keepalive noticed), the session is closed and every byte it held is freed.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -17,8 +18,11 @@ from google.protobuf.message import DecodeError
 
 from gpuremote import __version__
 from gpuremote._config import DEFAULTS, PROTOCOL_VERSION
+from gpuremote.daemon.admission import Admission, Refusal
 from gpuremote.daemon.backends.base import Backend
+from gpuremote.daemon.dataplane import DataPlane
 from gpuremote.daemon.session import Session, _StreamBroken
+from gpuremote.transport import auth, grpc_chunks
 from gpuremote.transport.grpc_channel import options as grpc_options
 from gpuremote.v1 import daemon_pb2_grpc
 from gpuremote.wire import pb
@@ -38,13 +42,19 @@ def _parse_client_message(data: bytes):
     # gRPC's own handling of a deserializer failure is an INTERNAL "Exception deserializing
     # request!", which tells the client nothing; the session reports it clearly instead.
     try:
-        return pb.ClientMessage.FromString(data)
+        return grpc_chunks.decode(data) or pb.ClientMessage.FromString(data)   # chunks without protobuf's copies
     except (DecodeError, RuntimeError, ValueError) as exc:
         return _Malformed(len(data), str(exc)[:200])
 
 
 def _checked(request_iterator, context):
-    for msg in request_iterator:
+    while True:
+        try:
+            msg = next(request_iterator)
+        except StopIteration:
+            return
+        except grpc.RpcError:   # the stream was cancelled (client gone, or its data-plane connection broke)
+            return
         if isinstance(msg, _Malformed):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                           f"a message of {msg.size} bytes on the session stream is not a valid "
@@ -59,7 +69,7 @@ def add_to_server(service: "DaemonService", server: grpc.Server) -> None:
     handlers = {
         "Session": grpc.stream_stream_rpc_method_handler(
             service.Session, request_deserializer=_parse_client_message,
-            response_serializer=pb.ServerMessage.SerializeToString),
+            response_serializer=grpc_chunks.serialize),
         "Info": grpc.unary_unary_rpc_method_handler(
             service.Info, request_deserializer=pb.InfoRequest.FromString,
             response_serializer=pb.InfoReply.SerializeToString),
@@ -69,11 +79,17 @@ def add_to_server(service: "DaemonService", server: grpc.Server) -> None:
 
 
 class DaemonService(daemon_pb2_grpc.DaemonServicer):
-    def __init__(self, backend: Backend, max_sessions: int = DEFAULTS.max_sessions):
+    def __init__(self, backend: Backend, max_sessions: int = DEFAULTS.max_sessions,
+                 admission: Admission | None = None):
         self.backend = backend
         self.max_sessions = max_sessions
+        # Who may open a session and on what (pool grants): gpuremote/daemon/admission.py.
+        self.admission = admission if admission is not None else Admission(backend)
         self.sessions: dict[str, Session] = {}
         self._lock = threading.Lock()
+        self.dataplane: DataPlane | None = None     # the framed-socket op channel (set by DaemonServer)
+        # Ops and bytes of the sessions closed so far (metrics add the open ones).
+        self.closed_totals = {"ops": 0, "bytes_h2d": 0, "bytes_d2h": 0}
         self.limits = pb.Limits(max_message_bytes=DEFAULTS.max_message_bytes,
                                 max_ops_per_batch=DEFAULTS.max_ops_per_batch,
                                 max_handles=DEFAULTS.max_handles,
@@ -81,10 +97,18 @@ class DaemonService(daemon_pb2_grpc.DaemonServicer):
                                 chunk_bytes=min(DEFAULTS.chunk_bytes, DEFAULTS.max_message_bytes // 2),
                                 max_rank=DEFAULTS.max_rank)
 
-    def _devices(self, out) -> None:
-        for p, mem in zip(self.backend.props, self.backend.memory):
-            out.add(index=p.index, name=p.name, memory_total=mem.capacity, memory_used=mem.used,
-                    compute_capability=p.compute_capability, multiprocessor_count=p.multiprocessor_count)
+    def _devices(self, out, session: Session | None = None) -> None:
+        # A session under pool grants sees only its granted devices, sized by its lease's limit.
+        memory = self.backend.memory if session is None else session.memory
+        for p, mem, sched in zip(self.backend.props, memory, self.backend.schedulers):
+            if session is None or session.flows[p.index] is not None:
+                out.add(index=p.index, name=p.name, memory_total=mem.capacity, memory_used=mem.used,
+                        compute_capability=p.compute_capability, multiprocessor_count=p.multiprocessor_count,
+                        utilization=sched.utilization())
+
+    def open_sessions(self) -> list[Session]:
+        with self._lock:
+            return list(self.sessions.values())
 
     def Info(self, request, context):
         reply = pb.InfoReply(version=__version__, protocol_version=PROTOCOL_VERSION, backend=self.backend.kind)
@@ -95,10 +119,12 @@ class DaemonService(daemon_pb2_grpc.DaemonServicer):
         for s in sessions:
             info = reply.sessions.add(session_id=s.id, client_name=s.client.client_name,
                                       client_pid=s.client.client_pid, client_host=s.client.client_host,
-                                      handles=len(s.handles), ops=s.ops, age_s=now - s.started)
+                                      handles=len(s.handles), ops=s.ops, age_s=now - s.started,
+                                      lease_id=s.lease_id, devices=s.tenancy.devices)
             for i, used in enumerate(s.memory_used):
                 if used:
                     info.memory_used[i] = used
+            info.transport = self.dataplane.transport_of(s.id) if self.dataplane is not None else "grpc"
         return reply
 
     def Session(self, request_iterator, context):
@@ -113,9 +139,15 @@ class DaemonService(daemon_pb2_grpc.DaemonServicer):
                           f"protocol version mismatch: the client speaks version {opened.protocol_version}, "
                           f"this daemon (gpuremote {__version__}) speaks version {PROTOCOL_VERSION}; "
                           "install the same gpuremote release on both sides")
-        session = Session(self.backend, opened, self.limits)
+        try:
+            tenancy = self.admission.admit(opened)
+        except Refusal as exc:
+            context.abort(exc.code, exc.message)
+        session = Session(self.backend, opened, self.limits, tenancy)
+        session.cancel = context.cancel
         with self._lock:
             if len(self.sessions) >= self.max_sessions:
+                session.close()
                 context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
                               f"the daemon already serves {self.max_sessions} sessions (its limit); try again "
                               "later or raise --max-sessions")
@@ -128,7 +160,9 @@ class DaemonService(daemon_pb2_grpc.DaemonServicer):
             hello.opened.session_id = session.id
             hello.opened.backend = self.backend.kind
             hello.opened.limits.CopyFrom(self.limits)
-            self._devices(hello.opened.devices)
+            self._devices(hello.opened.devices, session)
+            if self.dataplane is not None:      # attach token and where to attach
+                self.dataplane.register(session, context, opened, hello.opened.data_plane)
             yield hello
 
             def next_message():
@@ -137,7 +171,8 @@ class DaemonService(daemon_pb2_grpc.DaemonServicer):
             for msg in request_iterator:
                 kind = msg.WhichOneof("kind")
                 if kind == "batch":
-                    yield from session.run_batch(msg.batch, next_message)
+                    with self.dataplane.grpc_batch(session) if self.dataplane else contextlib.nullcontext():
+                        yield from session.run_batch(msg.batch, next_message)
                 elif kind == "chunk":
                     context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                   f"unexpected chunk (seq {msg.chunk.seq}, offset {msg.chunk.offset}) in an open "
@@ -151,6 +186,12 @@ class DaemonService(daemon_pb2_grpc.DaemonServicer):
         finally:
             with self._lock:
                 self.sessions.pop(session.id, None)
+                totals = self.closed_totals
+                totals["ops"] += session.ops
+                totals["bytes_h2d"] += session.bytes_h2d
+                totals["bytes_d2h"] += session.bytes_d2h
+            if self.dataplane is not None:
+                self.dataplane.unregister(session)   # its connection stops before the session closes
             session.close()
             log.info("session %s closed after %d ops", session.id, session.ops)
 
@@ -158,27 +199,36 @@ class DaemonService(daemon_pb2_grpc.DaemonServicer):
 class DaemonServer:
     """A running daemon: `DaemonServer(backend, "127.0.0.1:0").start()` then `.port`."""
 
-    def __init__(self, backend: Backend, listen: str = "127.0.0.1:0", max_sessions: int = DEFAULTS.max_sessions):
-        self.service = DaemonService(backend, max_sessions)
+    def __init__(self, backend: Backend, listen: str = "127.0.0.1:0", max_sessions: int = DEFAULTS.max_sessions,
+                 admission: Admission | None = None, security: auth.ServerSecurity | None = None):
+        # security: token and/or TLS (gpuremote/transport/auth.py); None serves unauthenticated, loopback only.
+        self.service = DaemonService(backend, max_sessions, admission)
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_sessions + 8,
                                                              thread_name_prefix="gpuremote-session"),
                                   # No SO_REUSEPORT: a second daemon on a port in use must fail to
                                   # start, not silently share the port's connections with the first.
                                   options=grpc_options(DEFAULTS.max_message_bytes) + [("grpc.so_reuseport", 0)],
-                                  maximum_concurrent_rpcs=max_sessions + 8)
+                                  maximum_concurrent_rpcs=max_sessions + 8,
+                                  interceptors=auth.server_interceptors(security))
         add_to_server(self.service, self.server)
         host = listen.rpartition(":")[0]
-        self.port = self.server.add_insecure_port(listen)
+        self.port = auth.add_port(self.server, listen, security)
         if self.port == 0:
             raise OSError(f"cannot listen on {listen}: the address is in use or not local")
         self.address = f"{host}:{self.port}"
+        if DEFAULTS.dataplane:   # plaintext TCP only where gRPC is plaintext too; the Unix socket never leaves the host
+            self.service.dataplane = DataPlane(host, max_sessions + 8, tcp=not (security is not None and security.tls))
 
     def start(self) -> "DaemonServer":
         self.server.start()
+        if self.service.dataplane is not None:
+            self.service.dataplane.start()
         return self
 
     def stop(self, grace: float | None = 2.0) -> None:
         self.server.stop(grace).wait()
+        if self.service.dataplane is not None:
+            self.service.dataplane.stop()
         self.service.backend.close()
 
     def wait(self) -> None:

@@ -19,11 +19,13 @@ from typing import Any, Callable, Iterator
 import numpy
 
 from gpuremote._config import DEFAULTS
+from gpuremote.daemon.admission import Tenancy
 from gpuremote.daemon.backends.base import Backend
 from gpuremote.errors import (LimitExceededError, ProtocolError, UnsupportedOperationError,
                               wire_type_name)
 from gpuremote.meta import NOT_ARRAY, array_method, derive
 from gpuremote.surface import PROPERTIES, SURFACE
+from gpuremote.transport import buffers, grpc_chunks
 from gpuremote.wire import pb
 from gpuremote.wire.codec import ARRAY_KINDS, checked_shape, decode, dtype_from_wire, encode, fill_array
 
@@ -58,9 +60,19 @@ class Poisoned(Exception):
 
 
 class Session:
-    def __init__(self, backend: Backend, opened: pb.OpenSession, limits: pb.Limits):
+    def __init__(self, backend: Backend, opened: pb.OpenSession, limits: pb.Limits, tenancy: Tenancy | None = None):
         self.id = f"s{next(_ids)}-{os.getpid()}"
         self.backend = backend
+        # What the session may use (gpuremote/daemon/admission.py): per device a memory ledger
+        # (the device's own, or its lease's under a pool grant) and a compute-scheduler flow
+        # (None for a device it has no grant for).
+        self.tenancy = tenancy if tenancy is not None else Tenancy.whole(backend, self.id)
+        self.memory = self.tenancy.memory
+        self.flows = self.tenancy.flows
+        self.lease_id = self.tenancy.lease_id
+        self.cancel: Callable[[], object] = lambda: None   # set by the server: ends the session's stream
+        self.bytes_h2d = 0
+        self.bytes_d2h = 0
         self.client = opened
         self.limits = limits
         self.started = time.monotonic()
@@ -77,6 +89,7 @@ class Session:
         self._random: dict[int, Any] = {}
         self._kernels: dict = {}
         self._chunks_taken = False   # whether the current upload op has read its chunks
+        self._bulk = None            # bulk-byte adapter of a data-plane connection (daemon/dataplane.py)
 
     # -- handles and memory ---------------------------------------------------------------
     def _resolve(self, handle: int) -> Any:
@@ -122,7 +135,7 @@ class Session:
                 key = id(owner)
                 rec = self._owners.get(key)
                 if rec is None:
-                    self.backend.memory[device].charge(nbytes)
+                    self.memory[device].charge(nbytes)
                     self._owners[key] = [owner, 1, nbytes, device]
                     self.memory_used[device] += nbytes
                 else:
@@ -145,13 +158,13 @@ class Session:
         rec[1] -= 1
         if rec[1] == 0:
             del self._owners[key]
-            self.backend.memory[rec[3]].credit(rec[2])
+            self.memory[rec[3]].credit(rec[2])
             self.memory_used[rec[3]] -= rec[2]
 
     def close(self) -> None:
         """Free everything the session holds."""
         for key, (owner, _, nbytes, device) in list(self._owners.items()):
-            self.backend.memory[device].credit(nbytes)
+            self.memory[device].credit(nbytes)
         self._owners.clear()
         self.handles.clear()
         self._handle_owner.clear()
@@ -160,9 +173,13 @@ class Session:
         self.streams.clear()
         self._events.clear()
         self._kernels.clear()
+        self.tenancy.close()
 
     # -- ops ------------------------------------------------------------------------------
-    def run_batch(self, batch: pb.OpBatch, next_message: Callable[[], pb.ClientMessage]) -> Iterator[pb.ServerMessage]:
+    def run_batch(self, batch: pb.OpBatch, next_message: Callable[[], pb.ClientMessage],
+                  bulk=None) -> Iterator[pb.ServerMessage]:
+        # bulk: None on the gRPC stream (Chunk messages); a data-plane connection's adapter otherwise.
+        self._bulk = bulk
         if len(batch.ops) > self.limits.max_ops_per_batch:
             yield from self._refuse_batch(batch, next_message)
             return
@@ -219,6 +236,8 @@ class Session:
             if op.device >= len(self.backend.props):
                 raise ValueError(f"device {op.device} does not exist: this daemon has "
                                  f"{len(self.backend.props)} device(s)")
+            if self.flows[op.device] is None and kind != "release":   # releases name device 0 whatever
+                raise self.tenancy.not_granted(op.device)
             if kind == "call":
                 value = self._call(op)
                 if op.reply:
@@ -288,6 +307,20 @@ class Session:
                         site=op.site[:512], traceback=tb[-4096:])
 
     def _call(self, op: pb.Op) -> Any:
+        """Run a call op in its turn on the device (the compute scheduler: gpuremote/daemon/scheduler.py)."""
+        device = op.device
+        flow = self.flows[device] if device < len(self.flows) else None
+        if flow is None:
+            if device >= len(self.backend.props):
+                raise ValueError(f"device {device} does not exist: this daemon has {len(self.backend.props)} device(s)")
+            raise self.tenancy.not_granted(device)
+        mark = flow.enter(op.stream, self.streams)
+        try:
+            return self._run_call(op)
+        finally:
+            flow.leave(mark, op.stream, self.streams)
+
+    def _run_call(self, op: pb.Op) -> Any:
         call = op.call
         entry = SURFACE.get(call.name)
         if entry is None:
@@ -307,7 +340,7 @@ class Session:
                     need = 0
                     for shape, dt in metas:
                         need += math.prod(shape) * dt.itemsize
-                    self.backend.memory[device].check(need)
+                    self.memory[device].check(need)
             result = self._invoke(entry, call.name, args, kwargs, op)
             if rule == "value":
                 return self._to_value(result)
@@ -348,7 +381,8 @@ class Session:
             kind = _DISPATCH[name] = _dispatch_kind(name, entry)
         if kind == "method":
             if not args or not self.backend.is_array(args[0]):
-                raise TypeError(f"{name} needs an array as its first argument")
+                got = type(args[0]).__name__ if args else "nothing"
+                raise TypeError(f"{name} needs an array as its first argument, got {got}")
             attr = entry.attr
             if attr in PROPERTIES:
                 return getattr(args[0], attr)
@@ -400,7 +434,11 @@ class Session:
                 raise ValueError(f"device {index} does not exist: this daemon has {len(backend.props)} device(s)")
             return backend.props[index].as_properties()
         if name == "cuda.runtime.memGetInfo":
-            return backend.mem_info(device)
+            free, total = backend.mem_info(device)
+            mem = self.memory[device]
+            if mem is not backend.memory[device]:    # under a pool grant: what the lease may still use
+                free, total = min(free, mem.capacity - mem.used), mem.capacity
+            return free, total
         if name in ("cuda.MemoryPool.used_bytes", "cuda.MemoryPool.total_bytes"):
             return self.memory_used[device]
         if name == "cuda.MemoryPool.free_all_blocks":
@@ -445,7 +483,7 @@ class Session:
     def _upload(self, op: pb.Op, next_message) -> None:
         up = op.upload
         dtype = dtype_from_wire(up.meta.dtype)
-        memory = self.backend.memory[op.device]
+        memory = self.memory[op.device]
         shape = checked_shape(up.meta.shape, dtype.itemsize)
         nbytes = math.prod(shape) * dtype.itemsize
         memory.check(nbytes)  # OutOfMemoryError, as CuPy, for more than the device has free
@@ -455,10 +493,12 @@ class Session:
             host = numpy.frombuffer(up.data, dtype).reshape(shape)
             owned = False
         else:
-            host = numpy.empty(nbytes, numpy.uint8)
+            host = buffers.pool("daemon").take(nbytes)   # page-aligned, reused: fresh memory is slow to touch
             offset = 0
             self._chunks_taken = True
-            for _ in range(up.chunks):
+            if self._bulk is not None:       # the data plane moves the bytes (raw frames, shared memory)
+                offset = self._bulk.receive(op.seq, up.chunks, host)
+            for _ in range(up.chunks if self._bulk is None else 0):
                 msg = next_message()
                 if msg is None or msg.WhichOneof("kind") != "chunk" or msg.chunk.seq != op.seq \
                         or msg.chunk.offset != offset or offset + len(msg.chunk.data) > nbytes:
@@ -473,10 +513,14 @@ class Session:
         with self.backend.activate(op.device, op.stream, self.streams):
             arr = self.backend.from_host(host, op.device, owned)
             self._bind([up.handle], [arr], op.device)
+        self.bytes_h2d += nbytes
 
     def _discard_chunks(self, op: pb.Op, next_message) -> None:
         """Read and drop the chunks announced by an upload that was refused before reading them."""
         self._chunks_taken = True
+        if self._bulk is not None:
+            self._bulk.discard(op.seq, op.upload.chunks)
+            return
         for _ in range(op.upload.chunks):
             msg = next_message()
             if msg is None or msg.WhichOneof("kind") != "chunk" or msg.chunk.seq != op.seq:
@@ -486,27 +530,27 @@ class Session:
     def _fetch(self, op: pb.Op, r: pb.Reply) -> Iterator[pb.ServerMessage]:
         arr = self._resolve(op.fetch.handle)
         if not arr.flags.c_contiguous:  # copied to a contiguous buffer first, as CuPy's get() does
-            self.backend.memory[op.device].check(arr.nbytes)
+            self.memory[op.device].check(arr.nbytes)
         with self.backend.activate(op.device, op.stream, self.streams):
             host = numpy.asarray(self.backend.to_host(arr), order="C")
+        self.bytes_d2h += host.nbytes
         chunk = self.limits.chunk_bytes
-        if host.nbytes <= DEFAULTS.inline_bytes:
+        if host.nbytes <= (DEFAULTS.inline_bytes if self._bulk is None else self._bulk.inline_bytes):
             fill_array(r.value.array, host)
             return iter(())
         n = -(-host.nbytes // chunk)
         r.chunked.meta.dtype = host.dtype.str
         r.chunked.meta.shape.extend(host.shape)
         r.chunked.chunks = n
+        if self._bulk is not None:
+            r.chunked.chunks, extra = self._bulk.outgoing(op.seq, host.reshape(-1).view(numpy.uint8))
+            return extra
         return self._chunks(op.seq, host.reshape(-1).view(numpy.uint8), chunk, n)
 
     @staticmethod
     def _chunks(seq: int, flat: numpy.ndarray, chunk: int, n: int) -> Iterator[pb.ServerMessage]:
-        for i in range(n):
-            m = pb.ServerMessage()
-            m.chunk.seq = seq
-            m.chunk.offset = i * chunk
-            m.chunk.data = flat[i * chunk:(i + 1) * chunk].tobytes()
-            yield m
+        for i in range(n):      # pre-encoded ServerMessage{chunk}: one copy (transport/grpc_chunks.py)
+            yield grpc_chunks.encode(seq, i * chunk, memoryview(flat[i * chunk:(i + 1) * chunk]))
 
 
 class _StreamBroken(ProtocolError):

@@ -19,8 +19,9 @@ Beware:
 - One lock guards everything, including the store's fsync: simple, and enough for the rate of
   lease operations a pool sees; heartbeats do not touch the disk.
 - Expiry uses the wall clock (it must survive restarts); a clock jumping forward expires leases.
-- Anyone who can reach the pool can register and so receive the grant key: listen only on a
-  network where every peer is trusted, as for the daemons themselves.
+- Whoever may call the pool may register and so receive the grant key: every RPC requires the
+  pool's token and/or client certificate (auth.py), which its daemons and clients share; an
+  --insecure pool listens on loopback only unless told otherwise (SECURITY.md).
 - A lease id is the bearer credential for Renew and Release; it is 128 random bits.
 """
 
@@ -42,6 +43,7 @@ from gpuremote._config import DEFAULTS
 from gpuremote.pool import placement
 from gpuremote.pool.model import Allocation, Device, Host, Lease
 from gpuremote.pool.store import SQLiteStore, Store, StoreError
+from gpuremote.transport import auth
 from gpuremote.transport.grpc_channel import options as grpc_options
 from gpuremote.v1 import pool_pb2, pool_pb2_grpc
 from gpuremote.wire import grants
@@ -208,7 +210,7 @@ class Pool:
             now = time.time()
             if lease is None or lease.expires_at <= now:
                 raise Refused(grpc.StatusCode.NOT_FOUND,
-                              f"lease {lease_id!r} is unknown or has expired (a lease lasts {self.ttl:g} s unless "
+                              f"lease {lease_id[:64]!r} is unknown or has expired (a lease lasts {self.ttl:g} s unless "
                               "renewed well within that): its devices may have gone to others; allocate again")
             expires = now + self.ttl
             renewed = dataclasses.replace(lease, expires_at=expires, grants=tuple(
@@ -221,7 +223,7 @@ class Pool:
     def release(self, lease_id: str) -> pool_pb2.ReleaseReply:
         with self.cond:
             if lease_id not in self.leases:
-                raise Refused(grpc.StatusCode.NOT_FOUND, f"lease {lease_id!r} is unknown: it was released already, "
+                raise Refused(grpc.StatusCode.NOT_FOUND, f"lease {lease_id[:64]!r} is unknown: it was released already, "
                                                          "expired, or never granted by this pool")
             self._persist(self.store.delete_leases, [lease_id])
             del self.leases[lease_id]
@@ -384,11 +386,18 @@ class PoolService(pool_pb2_grpc.PoolServicer):
         return self._answer(context, self.pool.status)
 
 
+# The RPCs only daemons make; `gpuremote pool --daemon-token-file` reserves them to a token tenants lack.
+DAEMON_METHODS = ("/gpuremote.v1.Pool/Register", "/gpuremote.v1.Pool/Heartbeat")
+
+
 class PoolServer:
     """A running pool: `PoolServer("127.0.0.1:0", "pool.db").start()`, then `.port` / `.address`."""
 
     def __init__(self, listen: str = "127.0.0.1:0", state_path: str = ":memory:",
-                 lease_ttl: float = DEFAULTS.pool_lease_ttl_s, policy: str = "pack", oversubscribe: bool = False):
+                 lease_ttl: float = DEFAULTS.pool_lease_ttl_s, policy: str = "pack", oversubscribe: bool = False,
+                 security: auth.ServerSecurity | None = None):
+        # security: token and/or TLS for every RPC, daemons' Register/Heartbeat included
+        # (gpuremote/transport/auth.py); None serves unauthenticated, loopback only.
         self.store = SQLiteStore(state_path)
         try:
             self.pool = Pool(self.store, lease_ttl, policy, oversubscribe)
@@ -397,9 +406,10 @@ class PoolServer:
             self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=DEFAULTS.pool_max_waiting + 16,
                                                                  thread_name_prefix="gpuremote-pool"),
                                       # No SO_REUSEPORT: a second pool on a port in use must fail to start.
-                                      options=grpc_options(DEFAULTS.max_message_bytes) + [("grpc.so_reuseport", 0)])
+                                      options=grpc_options(DEFAULTS.max_message_bytes) + [("grpc.so_reuseport", 0)],
+                                      interceptors=auth.server_interceptors(security))
             pool_pb2_grpc.add_PoolServicer_to_server(PoolService(self.pool), self.server)
-            self.port = self.server.add_insecure_port(listen)
+            self.port = auth.add_port(self.server, listen, security)
         except BaseException:
             self.store.close()
             raise

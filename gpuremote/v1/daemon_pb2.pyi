@@ -29,32 +29,98 @@ class ServerMessage(_message.Message):
     def __init__(self, opened: _Optional[_Union[SessionOpened, _Mapping]] = ..., reply: _Optional[_Union[Reply, _Mapping]] = ..., chunk: _Optional[_Union[Chunk, _Mapping]] = ...) -> None: ...
 
 class OpenSession(_message.Message):
-    __slots__ = ("protocol_version", "client_name", "client_pid", "client_host", "grants")
+    __slots__ = ("protocol_version", "client_name", "client_pid", "client_host", "grants", "client_host_id")
     PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     CLIENT_NAME_FIELD_NUMBER: _ClassVar[int]
     CLIENT_PID_FIELD_NUMBER: _ClassVar[int]
     CLIENT_HOST_FIELD_NUMBER: _ClassVar[int]
     GRANTS_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_HOST_ID_FIELD_NUMBER: _ClassVar[int]
     protocol_version: int
     client_name: str
     client_pid: int
     client_host: str
     grants: _containers.RepeatedCompositeFieldContainer[_pool_pb2.SignedGrant]
-    def __init__(self, protocol_version: _Optional[int] = ..., client_name: _Optional[str] = ..., client_pid: _Optional[int] = ..., client_host: _Optional[str] = ..., grants: _Optional[_Iterable[_Union[_pool_pb2.SignedGrant, _Mapping]]] = ...) -> None: ...
+    client_host_id: str
+    def __init__(self, protocol_version: _Optional[int] = ..., client_name: _Optional[str] = ..., client_pid: _Optional[int] = ..., client_host: _Optional[str] = ..., grants: _Optional[_Iterable[_Union[_pool_pb2.SignedGrant, _Mapping]]] = ..., client_host_id: _Optional[str] = ...) -> None: ...
 
 class SessionOpened(_message.Message):
-    __slots__ = ("protocol_version", "session_id", "backend", "devices", "limits")
+    __slots__ = ("protocol_version", "session_id", "backend", "devices", "limits", "data_plane")
     PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     BACKEND_FIELD_NUMBER: _ClassVar[int]
     DEVICES_FIELD_NUMBER: _ClassVar[int]
     LIMITS_FIELD_NUMBER: _ClassVar[int]
+    DATA_PLANE_FIELD_NUMBER: _ClassVar[int]
     protocol_version: int
     session_id: str
     backend: str
     devices: _containers.RepeatedCompositeFieldContainer[DeviceInfo]
     limits: Limits
-    def __init__(self, protocol_version: _Optional[int] = ..., session_id: _Optional[str] = ..., backend: _Optional[str] = ..., devices: _Optional[_Iterable[_Union[DeviceInfo, _Mapping]]] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ...) -> None: ...
+    data_plane: DataPlane
+    def __init__(self, protocol_version: _Optional[int] = ..., session_id: _Optional[str] = ..., backend: _Optional[str] = ..., devices: _Optional[_Iterable[_Union[DeviceInfo, _Mapping]]] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., data_plane: _Optional[_Union[DataPlane, _Mapping]] = ...) -> None: ...
+
+class DataPlane(_message.Message):
+    __slots__ = ("tcp_port", "unix_path", "attach_token", "transports", "host_id")
+    TCP_PORT_FIELD_NUMBER: _ClassVar[int]
+    UNIX_PATH_FIELD_NUMBER: _ClassVar[int]
+    ATTACH_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    TRANSPORTS_FIELD_NUMBER: _ClassVar[int]
+    HOST_ID_FIELD_NUMBER: _ClassVar[int]
+    tcp_port: int
+    unix_path: str
+    attach_token: bytes
+    transports: _containers.RepeatedScalarFieldContainer[str]
+    host_id: str
+    def __init__(self, tcp_port: _Optional[int] = ..., unix_path: _Optional[str] = ..., attach_token: _Optional[bytes] = ..., transports: _Optional[_Iterable[str]] = ..., host_id: _Optional[str] = ...) -> None: ...
+
+class Attach(_message.Message):
+    __slots__ = ("session_id", "attach_token", "transport", "ring_slots", "ring_slot_bytes", "verbs")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTACH_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    TRANSPORT_FIELD_NUMBER: _ClassVar[int]
+    RING_SLOTS_FIELD_NUMBER: _ClassVar[int]
+    RING_SLOT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    VERBS_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    attach_token: bytes
+    transport: str
+    ring_slots: int
+    ring_slot_bytes: int
+    verbs: VerbsEndpoint
+    def __init__(self, session_id: _Optional[str] = ..., attach_token: _Optional[bytes] = ..., transport: _Optional[str] = ..., ring_slots: _Optional[int] = ..., ring_slot_bytes: _Optional[int] = ..., verbs: _Optional[_Union[VerbsEndpoint, _Mapping]] = ...) -> None: ...
+
+class Attached(_message.Message):
+    __slots__ = ("error", "transport", "inline_bytes", "verbs")
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    TRANSPORT_FIELD_NUMBER: _ClassVar[int]
+    INLINE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    VERBS_FIELD_NUMBER: _ClassVar[int]
+    error: str
+    transport: str
+    inline_bytes: int
+    verbs: VerbsEndpoint
+    def __init__(self, error: _Optional[str] = ..., transport: _Optional[str] = ..., inline_bytes: _Optional[int] = ..., verbs: _Optional[_Union[VerbsEndpoint, _Mapping]] = ...) -> None: ...
+
+class VerbsEndpoint(_message.Message):
+    __slots__ = ("qp_num", "lid", "gid", "psn", "mtu", "ring_addr", "ring_rkey", "ring_bytes")
+    QP_NUM_FIELD_NUMBER: _ClassVar[int]
+    LID_FIELD_NUMBER: _ClassVar[int]
+    GID_FIELD_NUMBER: _ClassVar[int]
+    PSN_FIELD_NUMBER: _ClassVar[int]
+    MTU_FIELD_NUMBER: _ClassVar[int]
+    RING_ADDR_FIELD_NUMBER: _ClassVar[int]
+    RING_RKEY_FIELD_NUMBER: _ClassVar[int]
+    RING_BYTES_FIELD_NUMBER: _ClassVar[int]
+    qp_num: int
+    lid: int
+    gid: bytes
+    psn: int
+    mtu: int
+    ring_addr: int
+    ring_rkey: int
+    ring_bytes: int
+    def __init__(self, qp_num: _Optional[int] = ..., lid: _Optional[int] = ..., gid: _Optional[bytes] = ..., psn: _Optional[int] = ..., mtu: _Optional[int] = ..., ring_addr: _Optional[int] = ..., ring_rkey: _Optional[int] = ..., ring_bytes: _Optional[int] = ...) -> None: ...
 
 class Limits(_message.Message):
     __slots__ = ("max_message_bytes", "max_ops_per_batch", "max_handles", "chunk_bytes", "max_rank")
@@ -241,7 +307,7 @@ class DeviceInfo(_message.Message):
     def __init__(self, index: _Optional[int] = ..., name: _Optional[str] = ..., memory_total: _Optional[int] = ..., memory_used: _Optional[int] = ..., compute_capability: _Optional[str] = ..., multiprocessor_count: _Optional[int] = ..., utilization: _Optional[float] = ...) -> None: ...
 
 class SessionInfo(_message.Message):
-    __slots__ = ("session_id", "client_name", "client_pid", "client_host", "memory_used", "handles", "ops", "age_s")
+    __slots__ = ("session_id", "client_name", "client_pid", "client_host", "memory_used", "handles", "ops", "age_s", "transport", "lease_id", "devices")
     class MemoryUsedEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -257,6 +323,9 @@ class SessionInfo(_message.Message):
     HANDLES_FIELD_NUMBER: _ClassVar[int]
     OPS_FIELD_NUMBER: _ClassVar[int]
     AGE_S_FIELD_NUMBER: _ClassVar[int]
+    TRANSPORT_FIELD_NUMBER: _ClassVar[int]
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    DEVICES_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     client_name: str
     client_pid: int
@@ -265,4 +334,7 @@ class SessionInfo(_message.Message):
     handles: int
     ops: int
     age_s: float
-    def __init__(self, session_id: _Optional[str] = ..., client_name: _Optional[str] = ..., client_pid: _Optional[int] = ..., client_host: _Optional[str] = ..., memory_used: _Optional[_Mapping[int, int]] = ..., handles: _Optional[int] = ..., ops: _Optional[int] = ..., age_s: _Optional[float] = ...) -> None: ...
+    transport: str
+    lease_id: str
+    devices: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, session_id: _Optional[str] = ..., client_name: _Optional[str] = ..., client_pid: _Optional[int] = ..., client_host: _Optional[str] = ..., memory_used: _Optional[_Mapping[int, int]] = ..., handles: _Optional[int] = ..., ops: _Optional[int] = ..., age_s: _Optional[float] = ..., transport: _Optional[str] = ..., lease_id: _Optional[str] = ..., devices: _Optional[_Iterable[int]] = ...) -> None: ...

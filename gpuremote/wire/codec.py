@@ -47,17 +47,20 @@ def dtype_from_wire(text: str) -> numpy.dtype:
 
 def checked_shape(shape, itemsize: int, max_bytes: int | None = None) -> tuple[int, ...]:
     """Validate a shape (rank, non-negative extents, total size) and return it as a tuple of ints."""
-    shape = tuple(int(s) for s in shape)
+    shape = tuple(map(int, shape))       # (one pass in C: this runs for every array that crosses the wire)
     if len(shape) > DEFAULTS.max_rank:
         raise LimitExceededError(f"array rank {len(shape)} exceeds the limit of {DEFAULTS.max_rank}")
-    if any(s < 0 for s in shape):
-        raise ValueError(f"negative dimensions are not allowed: {shape}")
+    nonzero = 1
+    for s in shape:
+        if s < 0:
+            raise ValueError(f"negative dimensions are not allowed: {shape}")
+        if s:
+            nonzero *= s
     # NumPy's own bounds: each extent and the byte size of the nonzero extents fit in intp.
-    if any(s > _INT64[1] for s in shape) or \
-            math.prod(s for s in shape if s) * max(itemsize, 1) > _INT64[1]:
+    if nonzero * max(itemsize, 1) > _INT64[1]:
         raise ValueError(f"array is too big; `arr.size * arr.dtype.itemsize` is larger than the maximum "
                          f"possible size (shape {shape}, {itemsize} bytes per element)")
-    nbytes = math.prod(shape) * itemsize
+    nbytes = 0 if 0 in shape else nonzero * itemsize
     limit = max_bytes if max_bytes is not None else 2**62
     if nbytes > limit:
         raise LimitExceededError(f"array of shape {shape} needs {nbytes} bytes, more than the limit of {limit}")

@@ -22,3 +22,10 @@ def is_available() -> bool:
 
 def get_default_memory_pool() -> MemoryPool:
     return memory.get_default_memory_pool()
+
+
+def alloc_pinned_memory(size: int) -> memoryview:
+    """`size` bytes of pinned host memory (shared with a daemon on this host; see cupyx.empty_pinned),
+    as a writable buffer: numpy.frombuffer(mem, dtype, count) views it, as with CuPy's."""
+    from gpuremote.transport.buffers import pinned
+    return memoryview(pinned((int(size),), "u1")).cast("B")

@@ -11,10 +11,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import threading
+import time
 from typing import Any, Callable
 
 import numpy
 
+from gpuremote.daemon.scheduler import DeviceScheduler
 from gpuremote.errors import OutOfMemoryError
 
 
@@ -73,6 +75,8 @@ class Backend:
     def __init__(self, props: list[DeviceProps]):
         self.props = props
         self.memory = [DeviceMemory(p.total_memory) for p in props]
+        # Compute sharing between sessions/leases on each device (gpuremote/daemon/scheduler.py).
+        self.schedulers = [DeviceScheduler(i, self) for i in range(len(props))]
 
     # -- arrays ---------------------------------------------------------------------------
     def is_array(self, obj: Any) -> bool:
@@ -112,6 +116,20 @@ class Backend:
 
     def event_done(self, event: Any) -> bool:
         return True
+
+    # -- device time, for the compute scheduler -------------------------------------------
+    def time_begin(self, device: int, stream: int, streams: dict | None) -> Any:
+        """A mark taken just before an op runs. Host clock: right for a backend that executes
+        synchronously (emulated); an asynchronous one records a device event instead."""
+        return time.perf_counter()
+
+    def time_end(self, mark: Any, device: int, stream: int, streams: dict | None) -> Any:
+        """The op's device time in seconds (a float), or a pending measurement for time_poll."""
+        return time.perf_counter() - mark
+
+    def time_poll(self, pending: Any, block: bool = False) -> float | None:
+        """Seconds of a pending measurement once the device finished it (waiting if `block`), else None."""
+        return None
 
     def mem_info(self, device: int) -> tuple[int, int]:
         """(free, total) bytes of the device."""

@@ -49,6 +49,7 @@ class CupyBackend(Backend):
             name = p["name"].decode() if isinstance(p["name"], bytes) else str(p["name"])
             props.append(DeviceProps(i, name, int(p["totalGlobalMem"]), f"{p['major']}{p['minor']}",
                                      int(p["multiProcessorCount"])))
+        self._free_events: dict[int, list] = {}
         super().__init__(props)
 
     def is_array(self, obj: Any) -> bool:
@@ -112,6 +113,37 @@ class CupyBackend(Backend):
 
     def event_done(self, event):
         return bool(event.done)
+
+    # Device time for the compute scheduler: a pair of CUDA events around each op, on the op's
+    # stream, read once the GPU passed the second (launches return before the work is done).
+    def _timing_event(self, device):
+        try:
+            return self._free_events.setdefault(device, []).pop()   # atomic: sessions share the list
+        except IndexError:
+            return self._cupy.cuda.Event()
+
+    def time_begin(self, device, stream, streams):
+        with self._cupy.cuda.Device(self.physical[device]):
+            start = self._timing_event(device)
+            start.record(self._stream(device, stream, streams) if streams is not None else None)
+        return device, start
+
+    def time_end(self, mark, device, stream, streams):
+        with self._cupy.cuda.Device(self.physical[device]):
+            end = self._timing_event(device)
+            end.record(self._stream(device, stream, streams) if streams is not None else None)
+        return mark[0], mark[1], end
+
+    def time_poll(self, pending, block=False):
+        device, start, end = pending
+        if not block and not end.done:
+            return None
+        end.synchronize()
+        seconds = float(self._cupy.cuda.get_elapsed_time(start, end)) / 1e3
+        free = self._free_events.setdefault(device, [])
+        if len(free) < 256:   # events are reused: creating one per op costs more than the op's launch
+            free.extend((start, end))
+        return seconds
 
     def mem_info(self, device):
         with self._cupy.cuda.Device(self.physical[device]):

@@ -1,0 +1,197 @@
+"""Length-prefixed frames on a stream socket: the data plane's wire format.
+
+Every frame is a 16-byte header, `kind` (u32), `aux` (u32), `length` (u64), little-endian,
+followed by exactly `length` payload bytes:
+
+  ATTACH    client -> daemon, first frame: a gpuremote.v1.Attach (shm: the ring memfds ride along)
+  ATTACHED  daemon -> client: a gpuremote.v1.Attached
+  MSG       one protobuf message: ClientMessage (op batch) or ServerMessage (reply)
+  RAW       bulk bytes of the Upload (or fetch Reply) announced by the previous MSG
+  SLOT      bulk bytes waiting in ring slot `aux`; payload: u64 byte count
+  ACK       ring slot `aux` has been read and may be written again
+  SEGMENT   bulk bytes in registered shared segment `aux`; payload: u64 offset, u64 byte count
+  REGISTER  shared segment `aux` (its memfd rides along as SCM_RIGHTS); payload: u64 size
+  ERROR     daemon -> client before it closes a broken connection; payload: UTF-8 reason
+  BYE       orderly end
+  FORGET    shared segment `aux` is gone on the client: the daemon drops its mapping
+  PING      client -> daemon: answered at once with PONG (same aux and payload, at most 1 KiB), without
+            touching the session: the channel's own round trip
+  PONG      the answer to PING
+
+Bulk bytes are received with recv_into straight into their destination (a page-aligned,
+pooled buffer), never through an intermediate copy; small frames are read through one
+reusable buffer so that a reply costs one recv.
+"""
+
+from __future__ import annotations
+
+import array
+import os
+import socket
+import struct
+
+from gpuremote.transport.base import TransportError
+
+HEADER = struct.Struct("<IIQ")
+U64 = struct.Struct("<Q")
+U64X2 = struct.Struct("<QQ")
+ATTACH, ATTACHED, MSG, RAW, SLOT, ACK, SEGMENT, REGISTER, ERROR, BYE, FORGET, PING, PONG = range(1, 14)
+SEGMENT_ACK = 0xFFFFFFFF      # ACK aux for a SEGMENT frame (not a ring slot)
+KIND_NAMES = {ATTACH: "ATTACH", ATTACHED: "ATTACHED", MSG: "MSG", RAW: "RAW", SLOT: "SLOT", ACK: "ACK",
+              SEGMENT: "SEGMENT", REGISTER: "REGISTER", ERROR: "ERROR", BYE: "BYE", FORGET: "FORGET",
+              PING: "PING", PONG: "PONG"}
+# Most descriptors one frame may carry (the two ring memfds at attach, one segment later).
+MAX_FDS = 4
+_FD_SPACE = socket.CMSG_SPACE(MAX_FDS * array.array("i").itemsize)
+
+
+class PeerClosed(EOFError):
+    """The peer closed the connection (at a frame boundary when `clean`)."""
+
+    def __init__(self, clean: bool):
+        super().__init__("the peer closed the connection" + ("" if clean else " in the middle of a frame"))
+        self.clean = clean
+
+
+class FrameSocket:
+    """A connected stream socket that sends and receives frames. One thread uses it at a time."""
+
+    def __init__(self, sock: socket.socket, read_bytes: int, with_fds: bool = False):
+        self.sock = sock
+        self._buf = bytearray(max(read_bytes, 4096))
+        self._view = memoryview(self._buf)
+        self._start = 0          # buffered, unread bytes are _buf[_start:_end]
+        self._end = 0
+        self._with_fds = with_fds
+        self._fds: list[int] = []
+        self.closed = False
+
+    # -- sending -----------------------------------------------------------------------------
+    def send(self, kind: int, aux: int = 0, payload=b"", fds: list[int] | None = None) -> None:
+        header = HEADER.pack(kind, aux, len(payload))
+        if fds:
+            anc = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))]
+            sent = self.sock.sendmsg([header, payload], anc)
+        else:
+            sent = self.sock.sendmsg([header, payload]) if payload else self.sock.send(header)
+        if sent < HEADER.size + len(payload):
+            self._send_rest([header, payload], sent)
+
+    def send_bulk(self, kind: int, aux: int, view: memoryview) -> None:
+        """A frame whose payload is `view`, sent from where it lies (no copy in user space)."""
+        header = HEADER.pack(kind, aux, len(view))
+        sent = self.sock.sendmsg([header, view])
+        if sent < HEADER.size + len(view):
+            self._send_rest([header, view], sent)
+
+    def _send_rest(self, parts, sent: int) -> None:
+        for part in parts:
+            part = memoryview(part).cast("B")
+            if sent >= len(part):
+                sent -= len(part)
+                continue
+            self.sock.sendall(part[sent:])
+            sent = 0
+
+    # -- receiving ---------------------------------------------------------------------------
+    def _recv_into(self, view: memoryview) -> int:
+        if not self._with_fds:
+            return self.sock.recv_into(view)
+        n, anc, flags, _ = self.sock.recvmsg_into([view], _FD_SPACE)
+        for level, typ, data in anc:
+            if level == socket.SOL_SOCKET and typ == socket.SCM_RIGHTS:
+                fds = array.array("i")
+                fds.frombytes(data[:len(data) - len(data) % fds.itemsize])
+                self._fds.extend(fds)
+        if flags & socket.MSG_CTRUNC or len(self._fds) > MAX_FDS:
+            self.drop_fds()
+            raise TransportError("the peer passed more file descriptors than the protocol allows")
+        return n
+
+    def _fill(self, need: int) -> None:
+        """Make at least `need` (<= buffer size) unread bytes available in the buffer."""
+        if self._end - self._start >= need:
+            return
+        if self._start + need > len(self._buf):     # compact: move the unread tail to the front
+            rest = self._end - self._start
+            self._buf[:rest] = self._buf[self._start:self._end]
+            self._start, self._end = 0, rest
+        while self._end - self._start < need:
+            n = self._recv_into(self._view[self._end:])
+            if n == 0:
+                raise PeerClosed(clean=self._end == self._start)
+            self._end += n
+
+    def read_header(self) -> tuple[int, int, int]:
+        self._fill(HEADER.size)
+        kind, aux, length = HEADER.unpack_from(self._buf, self._start)
+        self._start += HEADER.size
+        return kind, aux, length
+
+    def read_payload(self, length: int) -> memoryview:
+        """The next `length` bytes; valid until the next read (copy what must outlive it)."""
+        if length <= len(self._buf):
+            self._fill(length)
+            view = self._view[self._start:self._start + length]
+            self._start += length
+            return view
+        out = memoryview(bytearray(length))      # larger than the buffer: a big op batch (rare)
+        self.read_into(out)
+        return out
+
+    def read_frame(self, max_length: int) -> tuple[int, int, memoryview]:
+        kind, aux, length = self.read_header()
+        if length > max_length:
+            raise TransportError(f"a {KIND_NAMES.get(kind, kind)} frame of {length:,} bytes exceeds the limit "
+                                 f"of {max_length:,}")
+        return kind, aux, self.read_payload(length)
+
+    def read_into(self, view: memoryview) -> None:
+        """Fill `view` exactly: buffered bytes first, then straight from the socket into it."""
+        n = len(view)
+        have = min(self._end - self._start, n)
+        if have:
+            view[:have] = self._view[self._start:self._start + have]
+            self._start += have
+        got = have
+        while got < n:
+            r = self._recv_into(view[got:])
+            if r == 0:
+                raise PeerClosed(clean=False)
+            got += r
+
+    def skip(self, n: int) -> None:
+        """Read and drop `n` payload bytes."""
+        while n > 0:
+            step = min(n, len(self._buf))
+            self._fill(step)
+            self._start += step
+            n -= step
+
+    def take_fds(self) -> list[int]:
+        fds, self._fds = self._fds, []
+        return fds
+
+    def drop_fds(self) -> None:
+        for fd in self.take_fds():
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    # -- ending ------------------------------------------------------------------------------
+    def shutdown(self) -> None:
+        """Wake a thread blocked on this socket (its reads see the end; its writes fail)."""
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.drop_fds()
+            try:
+                self.sock.close()
+            except OSError:
+                pass
