@@ -323,8 +323,8 @@ def report(res: dict, elapsed: float) -> None:
     t.add_row("  client CPU/op, main thread", f"{a['client_main_thread_cpu_us_per_op']:.1f} us", "", "", "")
     if a["daemon_cpu_us_per_op"] is not None:
         t.add_row("  daemon CPU/op", f"{a['daemon_cpu_us_per_op']:.1f} us", "", "", "")
-    t.add_row(f"RTT gpuremote z.get() [{c['channel']}]", f"{g['median']:.0f} us", f"{g['p99']:.0f} us", "", "")
-    t.add_row(f"RTT gpuremote float(x.sum()) [{c['channel']}]", f"{s['median']:.0f} us", f"{s['p99']:.0f} us", "", "")
+    t.add_row(f"RTT gpuremote z.get() ({c['channel']})", f"{g['median']:.0f} us", f"{g['p99']:.0f} us", "", "")
+    t.add_row(f"RTT gpuremote float(x.sum()) ({c['channel']})", f"{s['median']:.0f} us", f"{s['p99']:.0f} us", "", "")
     t.add_row("RTT bare gRPC ping-pong", f"{b['median']:.0f} us", f"{b['p99']:.0f} us", "", "")
     t.add_row("async op / target", f"{q['async_op_vs_target']:.2f}x", "", "<= 1x", "")
     t.add_row("RTT z.get() / bare", f"{q['rtt_get_vs_bare_median']:.2f}x", f"{q['rtt_get_vs_bare_p99']:.2f}x",

@@ -35,6 +35,9 @@ class Defaults:
     max_message_bytes: int = 16 * 2**20
     # Bulk bytes move in chunks of this size: 1-4 MiB chunks measured fastest over gRPC here.
     chunk_bytes: int = 1 * 2**20
+    # Upload chunks queued for the gRPC stream at once: gRPC sends one at a time anyway, and a short
+    # queue keeps the chunk buffers in reused memory instead of copying a whole array up front.
+    grpc_chunks_in_flight: int = 4
     # Arrays up to this size ride inside the op batch instead of a chunked transfer.
     inline_bytes: int = 256 * 2**10
     # Largest batch the daemon accepts; the client flushes well before (batch_flush_ops).

@@ -126,8 +126,10 @@ class Remote:
     def _sync(self) -> None:
         self.session.request(lambda op: op.sync.SetInParent(), self.device, 0, "bench")
 
-    def prepare(self, host: numpy.ndarray) -> None:
+    def prepare(self, host: numpy.ndarray, need_src: bool = True) -> None:
         self.release()
+        if not need_src:                  # H2D alone needs no source array on the device
+            return
         s = self.session
         self.src = s.new_handle()
         s.upload(self.src, host, self.device, 0, "bench")
@@ -174,7 +176,7 @@ class Native:
         self.actual = "cupy" if self.cupy is not None else "numpy"
         self.dev = self.dev2 = None
 
-    def prepare(self, host: numpy.ndarray) -> None:
+    def prepare(self, host: numpy.ndarray, need_src: bool = True) -> None:
         n = host.size
         if self.cupy is not None:
             self.dev = self.cupy.asarray(host)
@@ -280,30 +282,34 @@ def render(records: list[dict], labels: list[str], console) -> None:
 
 
 def plot(records: list[dict], path: str) -> None:
+    """Log-log bandwidth and latency against size: a column per direction, two rows per memory kind."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    panels = sorted({(r["memory"], r["direction"]) for r in records}, key=lambda k: (k[0], DIRECTIONS.index(k[1])))
-    fig, axes = plt.subplots(2, len(panels), figsize=(5 * len(panels), 8), squeeze=False)
-    for col, (memory, direction) in enumerate(panels):
-        rows = [r for r in records if (r["memory"], r["direction"]) == (memory, direction)]
-        for label in dict.fromkeys(r["transport"] for r in rows):
-            mine = sorted((r for r in rows if r["transport"] == label), key=lambda r: r["size_bytes"])
-            x = [r["size_bytes"] for r in mine]
-            axes[0][col].plot(x, [max(r["bandwidth_gbps"], 1e-6) for r in mine], marker="o", label=label)
-            axes[1][col].plot(x, [r["latency_us_median"] for r in mine], marker="o", label=label)
-        for row, ylabel in ((0, "bandwidth (GB/s)"), (1, "latency, median (us)")):
-            ax = axes[row][col]
-            ax.set_xscale("log", base=2)
-            ax.set_yscale("log")
-            ax.set_xlabel("copy size (bytes)")
-            ax.set_ylabel(ylabel)
-            ax.grid(True, which="both", alpha=0.3)
-            ax.legend(fontsize="small")
-        axes[0][col].set_title(f"{direction.upper()}, {memory}")
+    directions = [d for d in DIRECTIONS if any(r["direction"] == d for r in records)]
+    memories = [m for m in MEMORIES if any(r["memory"] == m for r in records)]
+    fig, axes = plt.subplots(2 * len(memories), len(directions), squeeze=False,
+                             figsize=(5 * len(directions), 3.6 * 2 * len(memories)))
+    for m, memory in enumerate(memories):
+        for col, direction in enumerate(directions):
+            rows = [r for r in records if (r["memory"], r["direction"]) == (memory, direction)]
+            for label in dict.fromkeys(r["transport"] for r in rows):
+                mine = sorted((r for r in rows if r["transport"] == label), key=lambda r: r["size_bytes"])
+                x = [r["size_bytes"] for r in mine]
+                axes[2 * m][col].plot(x, [max(r["bandwidth_gbps"], 1e-6) for r in mine], marker="o", label=label)
+                axes[2 * m + 1][col].plot(x, [r["latency_us_median"] for r in mine], marker="o", label=label)
+            for row, ylabel in ((2 * m, "bandwidth (GB/s)"), (2 * m + 1, "latency, median (us)")):
+                ax = axes[row][col]
+                ax.set_xscale("log", base=2)
+                ax.set_yscale("log")
+                ax.set_xlabel("copy size (bytes)")
+                ax.set_ylabel(ylabel)
+                ax.set_title(f"{direction.upper()}, {memory} host memory")
+                ax.grid(True, which="both", alpha=0.3)
+                ax.legend(fontsize="small")
     fig.suptitle("gpuremote bench memcpy")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=100)
     plt.close(fig)
 
 
@@ -437,9 +443,7 @@ def _run(targets, directions, memories, sizes, iterations, err, Progress, BarCol
                         host, out = pinned[key][0][:size], pinned[key][1][:size]
                     else:
                         host, out = pageable[:size], None
-                    needs_src = any(d != "h2d" for d in directions)
-                    if needs_src:
-                        target.prepare(host)
+                    target.prepare(host, need_src=any(d != "h2d" for d in directions))
                     for direction in directions:
                         progress.update(task, description=f"{target.label:>12} {direction} {memory} {human(size)}")
                         samples = measure(target, direction, host,

@@ -214,6 +214,9 @@ def _shapes(objs, meta_of, out: list, depth=0):
 
 
 def _elementwise(entry, args, kwargs, meta_of):
+    for a in args:
+        if type(a) in (list, tuple):  # CuPy refuses sequences where it wants arrays; so do we
+            raise TypeError(f"Unsupported type {type(a)}: convert it with cupy.asarray first")
     kwargs = {k: v for k, v in kwargs.items() if k != "out"}
     shape = numpy.broadcast_shapes(*_shapes(list(args) + [kwargs.get("where")], meta_of, []))
     return [(shape, dt) for dt in _cached_probe(entry, args, kwargs, meta_of, _zero_d)]

@@ -95,3 +95,10 @@ def test_plot_without_matplotlib_names_the_extra(tmp_path):
                          timeout=60)
     assert out.returncode == 1
     assert "pip install 'gpuremote[plot]'" in out.stderr
+
+
+def test_one_direction_one_transport():
+    result = run("--local", "--direction", "h2d", "--transport", "grpc", "--sizes", "4B:16B", "--iterations", "2")
+    assert result.exit_code == 0, result.output
+    assert "H2D memcpy" in result.output and "D2H" not in result.output
+    assert "grpc" in result.output and "socket" not in result.output

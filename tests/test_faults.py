@@ -28,19 +28,16 @@ import json
 import os
 import queue
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
 import threading
 import time
 
-import grpc
 import numpy as np
 import pytest
 
 from gpuremote._config import PROTOCOL_VERSION
-from gpuremote.wire import pb
 
 from conftest import DaemonProcess, backend_args
 

@@ -36,7 +36,7 @@ import pytest
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
-from gpuremote._config import DEFAULTS, PROTOCOL_VERSION
+from gpuremote._config import PROTOCOL_VERSION
 from gpuremote.surface import SURFACE
 from gpuremote.v1 import pool_pb2
 from gpuremote.v1 import value_pb2 as vpb
@@ -416,6 +416,7 @@ NAMES = st.one_of(st.sampled_from(SURFACE_NAMES), st.sampled_from(HOSTILE_NAMES)
 
 @st.composite
 def calls(draw, op: pb.Op) -> None:
+    """Fill op.call: any name, values (plausible or arbitrary), kwargs that may not pair up, result handles."""
     c = op.call
     c.name = draw(NAMES)
     plausible = draw(st.booleans())
@@ -481,8 +482,8 @@ OP_KINDS = ["call", "call", "call", "call", "release", "upload", "upload", "fetc
 
 
 @st.composite
-def batches(draw, first_seq: int) -> tuple[list[pb.ClientMessage], int]:
-    """One OpBatch message plus the chunks that follow it; and how many of its ops want a reply."""
+def batches(draw, first_seq: int) -> list[pb.ClientMessage]:
+    """One OpBatch message plus the chunk messages (truthful or not) that follow it."""
     m = pb.ClientMessage()
     m.batch.SetInParent()
     after: list[pb.ClientMessage] = []

@@ -29,3 +29,12 @@ def test_error_names_op_and_line(cp):
 def test_shape_error_raises_at_the_line(cp):
     with pytest.raises(ValueError):
         cp.ones(3) + cp.ones(4)
+
+
+def test_sequences_are_not_arrays(cp):
+    # As in CuPy: a list or tuple where an array is expected is refused at the call.
+    with pytest.raises(TypeError, match="Unsupported type"):
+        cp.cos((1.0, 2.0))
+    with pytest.raises(TypeError, match="Unsupported type"):
+        cp.add([1, 2], 1)
+    np.testing.assert_array_equal(cp.cos(cp.asarray([0.0])).get(), [1.0])

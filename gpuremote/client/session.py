@@ -52,6 +52,7 @@ class Session:
         self.transport = "grpc"
         self._channel = open_channel(address, timeout)
         self._outbox: queue.SimpleQueue = queue.SimpleQueue()
+        self._chunk_credits = threading.Semaphore(DEFAULTS.grpc_chunks_in_flight)
         self._lock = threading.RLock()
         self._seq = itertools.count(1)
         self._handles = itertools.count(1)
@@ -122,6 +123,8 @@ class Session:
             msg = self._outbox.get()
             if msg is _CLOSE:
                 return
+            if type(msg) is bytes:          # an upload chunk: gRPC takes it now, the next may be made
+                self._chunk_credits.release()
             yield msg
 
     def _next(self) -> pb.ServerMessage:
@@ -276,6 +279,13 @@ class Session:
             up.chunks = -(-nbytes // chunk)
             self._flush()
             for offset in range(0, nbytes, chunk):
+                # A few chunks in flight, not the whole array: their buffers are then reused memory
+                # (fresh memory is slow to touch) and a large upload does not double the process's size.
+                while not self._chunk_credits.acquire(timeout=0.5):
+                    if self._responses.done():
+                        self.lost = self.lost or DeviceLostError(f"the session with the gpuremote daemon at "
+                                                                 f"{self.address} ended during an upload")
+                        raise self.lost
                 self._outbox.put(grpc_chunks.encode(op.seq, offset, memoryview(flat[offset:offset + chunk])))
                 STATS.messages += 1
 
@@ -358,8 +368,8 @@ class Session:
                 raise self._link_lost(exc) from None
             STATS.bytes_d2h += flat.nbytes
             return flat.view(dtype).reshape(shape)
-        out = numpy.empty(tuple(meta.shape), dtype)
-        flat = out.reshape(-1).view(numpy.uint8)
+        flat = buffers.take(math.prod(meta.shape) * dtype.itemsize)   # page-aligned, reused
+        out = flat.view(dtype).reshape(tuple(meta.shape))
         offset = 0
         for _ in range(reply.chunked.chunks):
             chunk = self._next().chunk

@@ -114,7 +114,6 @@ class _RingIO:
         self.fs.send(ACK, aux)
         return n
 
-
     def receive_fetch(self, chunks: int, out: numpy.ndarray) -> None:
         """Client side: the chunks of a fetch, from our receive ring (or raw frames) into `out`."""
         off = 0
@@ -231,6 +230,7 @@ class ShmLink(_RingIO, SocketLink):
             kind, aux, length = self.fs.read_header()
             self._control(kind, aux, length)
         del held
+
 
 class ShmEndpoint(_RingIO, SocketEndpoint):
     """Daemon end: maps the client's rings and the segments it registers."""
