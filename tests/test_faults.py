@@ -87,7 +87,7 @@ CLIENT = textwrap.dedent(r"""
             z = cp.asarray(np.ones(2**20)) * 2                        # a new chunked upload works too
             assert float(z.sum()) == 2**21
             del z
-            cp.cuda.Device().synchronize()                            # the release leaves with this sync
+            cp.cuda.Device().synchronize()    # the release of z leaves in this batch, after the sync op
             say("checked")
 
     elif mode == "blocker":         # long ops, each waited for (a sync point), until the daemon goes
@@ -256,6 +256,19 @@ def procs(tmp_path):
         d.stop()
 
 
+def held_now(d: Daemon, held: dict, timeout: float = 10.0) -> None:
+    """Wait (bounded) until each session holds what `held` says: a release queued behind a sync op
+    reaches the daemon just after the sync's reply."""
+    deadline = time.monotonic() + timeout
+    while True:
+        now = {s.session_id: dict(s.memory_used) for s in d.info().sessions}
+        if now == held:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"sessions hold {now}, expected {held}")
+        time.sleep(0.05)
+
+
 def settle(d: Daemon, baseline: list[int], keep: set[str] = frozenset(), timeout: float = 20.0):
     """Wait (bounded) until the daemon holds no session but those in `keep`, and its memory is `baseline`
     plus what those sessions hold."""
@@ -355,7 +368,7 @@ def test_client_killed_mid_chunked_upload_raw(procs, tmp_path):
         os.kill(victim.proc.pid, signal.SIGKILL)
         victim.wait(timeout=10)
         settle(d, baseline, keep=set(held))
-        assert {s.session_id: dict(s.memory_used) for s in d.info().sessions} == held
+    held_now(d, held)
         bystander.send()
         bystander.expect("checked")
         # the half-received upload's host buffer does not stay with the daemon (at most its pool of reused
@@ -390,7 +403,7 @@ def test_client_killed_during_large_uploads(procs, transport):
         settle(d, baseline, keep=set(held))
         bystander.send()
         bystander.expect("checked")
-    assert {s.session_id: dict(s.memory_used) for s in d.info().sessions} == held
+    held_now(d, held)
     bystander.proc.stdin.close()
     assert bystander.wait() == 0, bystander.output()
     settle(d, baseline)
