@@ -368,7 +368,7 @@ def test_client_killed_mid_chunked_upload_raw(procs, tmp_path):
         os.kill(victim.proc.pid, signal.SIGKILL)
         victim.wait(timeout=10)
         settle(d, baseline, keep=set(held))
-    held_now(d, held)
+        held_now(d, held)
         bystander.send()
         bystander.expect("checked")
         # the half-received upload's host buffer does not stay with the daemon (at most its pool of reused
