@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import logging
-import signal
 import sys
-import threading
 
 import click
 
 from gpuremote import __version__
 from gpuremote._config import DEFAULTS, parse_size
+from gpuremote.cli_common import stop_on_signals
 from gpuremote.cli_member import member_options
 from gpuremote.cli_security import security_options
 
@@ -103,9 +102,7 @@ def daemon(listen, backend, devices, emulate, emulate_memory, max_sessions, verb
     click.echo(f"gpuremote daemon {__version__} listening on {server.address} "
                f"(backend {dev.kind}; devices {names}; {security.describe()})", err=False)
     sys.stdout.flush()
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+    stop = stop_on_signals()
     try:
         membership.start(server, listen)    # --pool: join it; --metrics-port: serve metrics
     except BaseException:

@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import logging
 import math
-import signal
 import sys
-import threading
 
 import click
 
 from gpuremote import __version__
 from gpuremote._config import DEFAULTS, parse_size
+from gpuremote.cli_common import stop_on_signals
 from gpuremote.pool.placement import POLICIES
 
 
@@ -142,9 +141,7 @@ def local(pool_listen, daemon_listen, backend, emulate, emulate_memory, state_pa
               "Stop with Ctrl-C."]
     click.echo("\n".join(lines))
     sys.stdout.flush()
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+    stop = stop_on_signals()
     stop.wait()
     stop_all()
     click.echo("gpuremote local stopped")

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import logging
 import math
-import signal
 import sys
-import threading
 
 import click
 
 from gpuremote import __version__
 from gpuremote._config import DEFAULTS
+from gpuremote.cli_common import stop_on_signals
 from gpuremote.cli_security import security_options
 from gpuremote.pool.placement import POLICIES
 
@@ -99,9 +98,7 @@ def pool(listen, state_path, lease_ttl, policy, oversubscribe_compute, verbose, 
                                        "or 0 for any")
         click.echo(f"metrics on http://{listen.rpartition(':')[0]}:{metrics.port}/metrics")
     sys.stdout.flush()
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+    stop = stop_on_signals()
     stop.wait()
     if metrics is not None:
         metrics.stop()
