@@ -68,6 +68,8 @@ class Defaults:
     connect_timeout_s: float = 10.0
     # Largest kernel source accepted.
     max_kernel_source_bytes: int = 1 * 2**20
+    # On SIGTERM the daemon opens no new sessions and lets open ones work this long before ending them.
+    drain_timeout_s: float = 30.0
     # --- data plane (gpuremote/transport/, gpuremote/daemon/dataplane.py) ---
     # The client's op channel: auto takes shm when client and daemon share a host, else the framed
     # socket (Unix socket on one host, TCP otherwise), else gRPC; grpc, socket, tcp, unix, shm and

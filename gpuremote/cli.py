@@ -67,15 +67,23 @@ def main():
               help="Memory of each emulated device, e.g. 512MiB or 16GiB.")
 @click.option("--max-sessions", type=click.IntRange(1, 4096), default=DEFAULTS.max_sessions, show_default=True,
               help="Most sessions served at once.")
+@click.option("--drain-timeout", type=click.FloatRange(0, 24 * 3600), default=DEFAULTS.drain_timeout_s,
+              show_default=True, metavar="SECONDS",
+              help="On SIGTERM or SIGINT, how long open sessions may keep working (no new ones are opened) "
+                   "before they are ended.")
 @click.option("-v", "--verbose", is_flag=True, help="Log sessions opening and closing.")
 @member_options
 @security_options("server")
-def daemon(listen, backend, devices, emulate, emulate_memory, max_sessions, verbose, security, membership):
+def daemon(listen, backend, devices, emulate, emulate_memory, max_sessions, drain_timeout, verbose, security,
+           membership):
     """Serve this host's GPUs (or emulated devices) to gpuremote clients.
 
     Clients connect with GPUREMOTE_DAEMON=HOST:PORT or gpuremote.connect("HOST:PORT"); with --pool,
     through the pool (gpuremote run --pool ADDR), presenting its grants.
-    Stops cleanly on SIGINT or SIGTERM, freeing every session.
+
+    SIGTERM or SIGINT shuts down gracefully: the daemon leaves its pool, opens no new sessions,
+    lets the open ones work up to --drain-timeout seconds (their clients are told), then ends them
+    and frees everything. A second signal ends them at once.
     """
     from gpuremote.daemon.backends import create
     from gpuremote.daemon.server import DaemonServer
@@ -109,8 +117,11 @@ def daemon(listen, backend, devices, emulate, emulate_memory, max_sessions, verb
         server.stop(grace=0)
         raise
     stop.wait()
+    membership.leave()              # the pool places nothing more here
+    server.drain(drain_timeout, stop.again, say=lambda line: (click.echo(f"gpuremote daemon: {line}"),
+                                                             sys.stdout.flush()))
     membership.stop()
-    server.stop(grace=2.0)
+    server.stop(grace=1.0)
     click.echo("gpuremote daemon stopped")
 
 

@@ -103,6 +103,11 @@ class Membership:
                                            "port, or 0 for any")
             echo(f"metrics on http://{listen.rpartition(':')[0]}:{self.metrics.port}/metrics")
 
+    def leave(self) -> None:
+        """The daemon shuts down: stop heartbeating and tell the pool to place nothing more here."""
+        if self.agent is not None:
+            self.agent.leave()
+
     def stop(self) -> None:
         if self.agent is not None:
             self.agent.stop()

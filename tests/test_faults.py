@@ -121,6 +121,17 @@ CLIENT = textwrap.dedent(r"""
         session = gpuremote.connect(address)
         y = cp.arange(10) * 3
         say("reconnected", value=int(y.sum()), transport=session.transport)
+
+    elif mode == "drain":           # holds an array through the daemon's shutdown, one op per stdin line
+        x = cp.arange(10)
+        assert int(x.sum()) == 45
+        say("ready")
+        for line in sys.stdin:
+            try:
+                say("op", value=int(x.sum()))
+            except Exception as exc:
+                lost(exc)
+                break
 """)
 
 RUN_SCRIPT = textwrap.dedent(r"""
@@ -476,7 +487,7 @@ def test_network_cut_noticed_by_keepalive(procs, transport):
 @pytest.mark.parametrize("transport,sig", [(t, s) for t in TRANSPORTS for s in ("SIGKILL", "SIGTERM")])
 def test_daemon_restarted_on_the_same_port(procs, transport, sig):
     start_daemon, start_client = procs
-    first = start_daemon()
+    first = start_daemon("--drain-timeout", "0")      # SIGTERM: end the open session at once
     client = start_client("restart", first.address, transport=transport, stdin=True)
     client.expect("ready")
     first.kill(getattr(signal, sig))
@@ -490,6 +501,70 @@ def test_daemon_restarted_on_the_same_port(procs, transport, sig):
     assert again["value"] == 135
     assert client.wait() == 0
     settle(second, [0])
+
+
+# -- graceful shutdown ----------------------------------------------------------------------------------
+
+def wait_draining(d: Daemon, timeout: float = 10.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        info = d.info()
+        if info.draining:
+            return info
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the daemon did not start draining within {timeout} s")
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_sigterm_drains_open_sessions_then_ends_them_with_a_reason(procs, transport):
+    from gpuremote.client.session import Session
+    from gpuremote.errors import DeviceLostError
+    start_daemon, start_client = procs
+    d = start_daemon("--drain-timeout", "4")
+    client = start_client("drain", d.address, transport=transport, stdin=True)
+    client.expect("ready")
+    signalled = time.monotonic()
+    _signal(d.proc, signal.SIGTERM)
+    info = wait_draining(d)
+    assert len(info.sessions) == 1 and 0 < info.drain_remaining_s <= 4
+    with pytest.raises(DeviceLostError, match="shutting down and opens no new sessions"):
+        Session(d.address, timeout=5)
+    client.send()                                   # the open session still works, and is told
+    assert client.expect("op")["value"] == 45
+    deadline = time.monotonic() + 10
+    while not any("is shutting down" in line for line in client.errors) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert any(f"daemon {d.address}" in line and "keeps working for at most" in line for line in client.errors), \
+        client.output()
+    assert d.proc.wait(timeout=20) == 0             # at the deadline it ends the session and exits
+    assert time.monotonic() - signalled >= 3.5
+    client.send()
+    err = client.expect("error")
+    assert err["lost"] and d.address in err["message"], err
+    if transport != "grpc":     # the data-plane link carries the daemon's reason even to an idle client
+        assert "shut down after a 4 s drain" in err["message"], err
+    assert client.wait() == 0
+    assert "ended 1 session(s) still open at the deadline" in "".join(d.log)
+
+
+def test_sigterm_with_no_sessions_stops_at_once_and_a_second_signal_skips_the_drain(procs):
+    start_daemon, start_client = procs
+    idle = start_daemon("--drain-timeout", "60")
+    signalled = time.monotonic()
+    _signal(idle.proc, signal.SIGTERM)
+    assert idle.proc.wait(timeout=15) == 0 and time.monotonic() - signalled < 10
+    busy = start_daemon("--drain-timeout", "60")
+    client = start_client("drain", busy.address, stdin=True)
+    client.expect("ready")
+    _signal(busy.proc, signal.SIGTERM)
+    wait_draining(busy)
+    signalled = time.monotonic()
+    _signal(busy.proc, signal.SIGINT)                 # impatient operator: stop now
+    assert busy.proc.wait(timeout=15) == 0 and time.monotonic() - signalled < 10
+    client.send()
+    err = client.expect("error")
+    assert err["lost"] and "stopped at once" in err["message"], err
 
 
 # -- concurrency inside one process ----------------------------------------------------------------------

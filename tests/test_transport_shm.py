@@ -245,3 +245,65 @@ def test_ring_mapping_survives_the_client(daemon):
     settle(daemon.info, None)
     maps = open(f"/proc/{pid}/maps").read()
     assert "gpuremote-ring" not in maps
+
+
+@pytest.fixture(scope="module")
+def tight_daemon():
+    """A daemon that lets a session register at most 2 shared segments of 8 MiB in all."""
+    d = DaemonProcess(*backend_args(devices=1, memory="1GiB"),
+                      env={"GPUREMOTE_SHM_MAX_SEGMENTS": "2", "GPUREMOTE_SHM_MAX_SEGMENT_BYTES": "8MiB"})
+    yield d
+    d.stop()
+
+
+def test_pinned_buffers_past_the_segment_limits_are_copied_through_the_ring(tight_daemon, monkeypatch):
+    import dataclasses
+
+    import gpuremote.cupyx as cx
+    from gpuremote._config import DEFAULTS
+    monkeypatch.setattr(shm, "DEFAULTS", dataclasses.replace(DEFAULTS, shm_max_segments=2,
+                                                             shm_max_segment_bytes=8 << 20))
+    with connected(tight_daemon.address, "shm") as (cp, session):
+        link = session._link
+        # three live pinned buffers (the third past the count), then one too large for what is left
+        hosts = [cx.empty_pinned((1 << 20,), np.uint8) for _ in range(3)] + [cx.empty_pinned((7 << 20,), np.uint8)]
+        for i, host in enumerate(hosts):
+            host[:] = i + 1
+        devs = [cp.asarray(h) for h in hosts]
+        assert len(link._registered) == 2
+        for i, dev in enumerate(devs):
+            assert int(dev[-1]) == i + 1 and int(dev.sum()) == (i + 1) * dev.size
+    settle(tight_daemon.info, None)
+
+
+def test_registering_past_the_segment_limits_ends_the_session(tight_daemon):
+    baseline = _used(tight_daemon)
+    channel, outbox, responses, opened = _raw_open(tight_daemon.address)
+    fds = []
+    try:
+        fds.append(_memfd(4 << 16, True))
+        fs, reply = _attach_shm(opened, [fds[0]])
+        assert not reply.error
+        for sid in range(3):
+            fds.append(_memfd(1 << 16, True))
+            fs.send(frames.REGISTER, sid, frames.U64.pack(1 << 16), fds=[fds[-1]])
+        fs.sock.settimeout(10)
+        text = b""
+        try:
+            while True:
+                kind, aux, length = fs.read_header()
+                payload = bytes(fs.read_payload(length)) if length else b""
+                if kind == frames.ERROR:
+                    text = payload
+        except (EOFError, OSError):
+            pass
+        assert b"past the limits of 2 segments" in text, text
+        fs.close()
+    finally:
+        for fd in fds:
+            os.close(fd)
+        outbox.put(None)
+        channel.close()
+    settle(tight_daemon.info, baseline)
+    with connected(tight_daemon.address, "shm") as (cp, session):     # others are served as before
+        assert int(cp.arange(10).sum()) == 45

@@ -27,6 +27,7 @@ from gpuremote.client.stats import STATS
 from gpuremote.errors import DeviceLostError, LimitExceededError, ProtocolError, rebuild
 from gpuremote.transport import attach as attach_link
 from gpuremote.transport import buffers, grpc_chunks, host_id
+from gpuremote.transport.base import PeerEnded
 from gpuremote.transport.base import lost as link_lost
 from gpuremote.transport.grpc_channel import open_channel, translate
 from gpuremote.wire import pb
@@ -63,6 +64,7 @@ class Session:
         self._batch_bytes = 0
         self.lost: Exception | None = None
         self.closed = False
+        self._noticed = False      # the daemon's shutdown notice was shown
         # Chunk messages skip protobuf's copies both ways (transport/grpc_chunks.py; same wire format).
         session_call = self._channel.stream_stream("/gpuremote.v1.Daemon/Session", request_serializer=grpc_chunks.serialize,
                                                    response_deserializer=_server_message)
@@ -155,7 +157,10 @@ class Session:
 
     def _link_lost(self, exc: BaseException) -> Exception:
         link = self._link
-        self.lost = getattr(self, "_stream_end", None) or link_lost(exc, self.address, link.name)
+        # The daemon's own reason, when it left one (an ERROR frame, readable even after the gRPC
+        # stream's end shut the link), says more than the stream's status.
+        said = isinstance(exc, PeerEnded)
+        self.lost = (not said and getattr(self, "_stream_end", None)) or link_lost(exc, self.address, link.name)
         link.abandon()
         return self.lost
 
@@ -336,8 +341,16 @@ class Session:
             finally:
                 STATS.round_trips += 1
                 STATS.blocked_s += time.perf_counter() - start
+        if reply.notice:
+            self._notice(reply.notice)
         self._raise_errors(reply)
         return result
+
+    def _notice(self, text: str) -> None:
+        """The daemon announces its shutdown: tell the application once, on stderr."""
+        if not self._noticed:
+            self._noticed = True
+            print(f"gpuremote: {text} (daemon {self.address})", file=sys.stderr, flush=True)
 
     def _result(self, reply: pb.Reply) -> Any:
         outcome = reply.WhichOneof("outcome")

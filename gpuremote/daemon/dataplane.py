@@ -39,7 +39,7 @@ _ATTACH_MAX = 1 << 16
 
 
 class _Record:
-    __slots__ = ("session", "context", "token", "lock", "attached", "dead", "fs", "transport")
+    __slots__ = ("session", "context", "token", "lock", "attached", "dead", "fs", "endpoint", "transport")
 
     def __init__(self, session, context):
         self.session = session
@@ -49,6 +49,7 @@ class _Record:
         self.attached = False
         self.dead = False
         self.fs: FrameSocket | None = None
+        self.endpoint = None
         self.transport = "grpc"
 
 
@@ -199,6 +200,25 @@ class DataPlane:
         with rec.lock:   # a batch in progress finishes (its I/O now fails fast) before the session closes
             pass
 
+    def end(self, session, reason: str) -> None:
+        """Shutdown: an attached session idle between batches is told `reason` (an ERROR frame its
+        client reads as the cause) and ended; a busy one stops between two ops by itself
+        (Session.ending) and its connection thread sends the reason."""
+        rec = self._records.get(session.id)
+        if rec is None or not rec.attached or not rec.lock.acquire(timeout=0.2):
+            return
+        try:
+            if rec.dead or rec.endpoint is None:
+                return
+            rec.dead = True
+            with contextlib.suppress(Exception):
+                rec.endpoint.error(reason)
+            rec.fs.shutdown()
+        finally:
+            rec.lock.release()
+        with contextlib.suppress(Exception):
+            rec.context.cancel()            # the gRPC handler closes the session and frees its memory
+
     @contextlib.contextmanager
     def grpc_batch(self, session):
         """Held while the gRPC stream runs a batch; refuses once the session has attached."""
@@ -289,7 +309,7 @@ class DataPlane:
                 refused = "the session is closing" if rec.dead else \
                     "the session is already attached" if rec.attached else ""
                 if not refused:
-                    rec.attached, rec.fs, rec.transport = True, fs, endpoint.name
+                    rec.attached, rec.fs, rec.endpoint, rec.transport = True, fs, endpoint, endpoint.name
             if refused:
                 with contextlib.suppress(OSError):
                     fs.send(ATTACHED, 0, pb.Attached(error=refused).SerializeToString())

@@ -10,6 +10,8 @@
 - closes every session whose lease is no longer among the heartbeat reply's active_leases
   (released or expired): its stream is cancelled, and the session's teardown frees its memory;
   the lease is remembered as ended, so its still-unexpired grants open no new session;
+- on `leave()` (the daemon shuts down) stops heartbeating and deregisters, so the pool places
+  nothing more here;
 - registers again by itself when the pool answers known=false (it restarted without its state)
   and after any failed call or lost connection, once the pool answers again (it may have
   restarted: registering again is idempotent and refreshes the key, address and devices). The
@@ -76,6 +78,7 @@ class PoolAgent:
         self.registered = threading.Event()
         self._active: set[str] = set()
         self._stop = threading.Event()
+        self._leaving = False                   # deregister on the way out (leave)
         self._wake = threading.Event()          # set by the stop and by a lost connection
         self._connected = False
         self._lost = False
@@ -90,6 +93,11 @@ class PoolAgent:
         self._wake.set()
         if self._thread.is_alive():
             self._thread.join(DEFAULTS.pool_rpc_timeout_s + 1 if timeout is None else timeout)
+
+    def leave(self) -> None:
+        """Stop, and tell the pool this daemon is leaving (one bounded call): no new placements here."""
+        self._leaving = True
+        self.stop(timeout=2 * DEFAULTS.pool_rpc_timeout_s + 1)   # a heartbeat in flight, then Deregister
 
     # -- the loop ------------------------------------------------------------------------------
     def _run(self) -> None:
@@ -120,8 +128,17 @@ class PoolAgent:
                 self._wake.wait(wait)
                 self._wake.clear()
         finally:
+            if self._leaving and self.registrations:
+                self._deregister(stub)
             channel.unsubscribe(self._connectivity)
             channel.close()
+
+    def _deregister(self, stub) -> None:
+        try:
+            stub.Deregister(pool_pb2.DeregisterRequest(host_id=self.host_id), timeout=DEFAULTS.pool_rpc_timeout_s)
+            log.info("left the pool at %s", self.pool)
+        except grpc.RpcError as exc:     # unreachable: the host goes stale there, which stops placements too
+            self._failed(exc)
 
     def _connectivity(self, state: grpc.ChannelConnectivity) -> None:
         """gRPC's connectivity callback: a connection that was up and went down means the pool may

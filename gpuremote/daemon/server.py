@@ -3,6 +3,12 @@
 Each session's stream is served by one thread of the server's pool, which runs the session's
 ops in order. When the stream ends (the client closed it, died, or the network dropped it and
 keepalive noticed), the session is closed and every byte it held is freed.
+
+Shutdown (`DaemonServer.drain`, on SIGTERM): the daemon opens no new session, lets the open ones
+keep working up to a deadline while every reply tells their clients it is coming, then ends each
+one between two ops with a reason the client reports (its data-plane connection gets an ERROR
+frame, a gRPC stream that is running a batch ends with UNAVAILABLE and the reason; an idle gRPC
+stream can only be cancelled, so that client learns the reason from the notices, if it synced).
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from gpuremote._config import DEFAULTS, PROTOCOL_VERSION
 from gpuremote.daemon.admission import Admission, Refusal
 from gpuremote.daemon.backends.base import Backend
 from gpuremote.daemon.dataplane import DataPlane
-from gpuremote.daemon.session import Session, _StreamBroken
+from gpuremote.daemon.session import Session, SessionEnded, _StreamBroken
 from gpuremote.transport import auth, grpc_chunks
 from gpuremote.transport.grpc_channel import options as grpc_options
 from gpuremote.v1 import daemon_pb2_grpc
@@ -87,6 +93,7 @@ class DaemonService(daemon_pb2_grpc.DaemonServicer):
         self.admission = admission if admission is not None else Admission(backend)
         self.sessions: dict[str, Session] = {}
         self._lock = threading.Lock()
+        self.drain_deadline: float | None = None    # monotonic; set when shutting down (drain)
         self.dataplane: DataPlane | None = None     # the framed-socket op channel (set by DaemonServer)
         # Ops and bytes of the sessions closed so far (metrics add the open ones).
         self.closed_totals = {"ops": 0, "bytes_h2d": 0, "bytes_d2h": 0}
@@ -110,8 +117,25 @@ class DaemonService(daemon_pb2_grpc.DaemonServicer):
         with self._lock:
             return list(self.sessions.values())
 
+    def start_drain(self, timeout: float) -> None:
+        """Open no more sessions; tell the open ones, in their replies, that they end in `timeout` s."""
+        with self._lock:
+            self.drain_deadline = time.monotonic() + timeout
+            for s in self.sessions.values():
+                s.drain_deadline = self.drain_deadline
+
+    def end_sessions(self, reason: str) -> None:
+        """Each open session stops between two ops; an idle one attached to the data plane is told why."""
+        for s in self.open_sessions():
+            s.ending = reason
+            if self.dataplane is not None:
+                self.dataplane.end(s, reason)
+
     def Info(self, request, context):
         reply = pb.InfoReply(version=__version__, protocol_version=PROTOCOL_VERSION, backend=self.backend.kind)
+        if self.drain_deadline is not None:
+            reply.draining = True
+            reply.drain_remaining_s = max(0.0, self.drain_deadline - time.monotonic())
         self._devices(reply.devices)
         now = time.monotonic()
         with self._lock:
@@ -146,6 +170,11 @@ class DaemonService(daemon_pb2_grpc.DaemonServicer):
         session = Session(self.backend, opened, self.limits, tenancy)
         session.cancel = context.cancel
         with self._lock:
+            if self.drain_deadline is not None:
+                session.close()
+                context.abort(grpc.StatusCode.UNAVAILABLE,
+                              "this gpuremote daemon is shutting down and opens no new sessions; use another "
+                              "daemon (a pool places you elsewhere), or start again once it is back")
             if len(self.sessions) >= self.max_sessions:
                 session.close()
                 context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -181,6 +210,8 @@ class DaemonService(daemon_pb2_grpc.DaemonServicer):
                     context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                   f"unexpected {kind or 'empty'} message in an open session: after OpenSession "
                                   "a client sends only op batches and the chunks of their uploads")
+        except SessionEnded as exc:
+            context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
         except _StreamBroken as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         finally:
@@ -224,6 +255,31 @@ class DaemonServer:
         if self.service.dataplane is not None:
             self.service.dataplane.start()
         return self
+
+    def drain(self, timeout: float, interrupted: threading.Event | None = None, say=None) -> None:
+        """Graceful shutdown, before `stop`: no new sessions; the open ones keep working until they end
+        or `timeout` s pass (or `interrupted` is set), and are then ended with a reason their clients
+        see. `say(text)` reports progress to the operator."""
+        service = self.service
+        service.start_drain(timeout)
+        deadline = time.monotonic() + timeout
+        interrupted = interrupted or threading.Event()
+        if service.open_sessions() and say is not None:
+            say(f"draining: {len(service.open_sessions())} session(s) open; they may work for {timeout:g} s more "
+                "(signal again to stop now)")
+        while service.open_sessions() and time.monotonic() < deadline and not interrupted.is_set():
+            interrupted.wait(min(0.1, max(0.0, deadline - time.monotonic())))
+        left = service.open_sessions()
+        if not left:
+            return
+        how = "stopped at once" if interrupted.is_set() else f"shut down after a {timeout:g} s drain"
+        service.end_sessions(f"the daemon {how}; the session's arrays are gone: start again on another device")
+        # Sessions stop between two ops; give them (and their clients reading the reason) a moment.
+        end = time.monotonic() + 1.0
+        while service.open_sessions() and time.monotonic() < end:
+            time.sleep(0.02)
+        if say is not None and left:
+            say(f"ended {len(left)} session(s) still open at the deadline")
 
     def stop(self, grace: float | None = 2.0) -> None:
         self.server.stop(grace).wait()

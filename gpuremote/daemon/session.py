@@ -90,6 +90,10 @@ class Session:
         self._kernels: dict = {}
         self._chunks_taken = False   # whether the current upload op has read its chunks
         self._bulk = None            # bulk-byte adapter of a data-plane connection (daemon/dataplane.py)
+        # Shutdown (daemon/server.py drain): the monotonic time by which the session will be ended,
+        # told to the client in every reply; then `ending`, the reason, ends it between two ops.
+        self.drain_deadline: float | None = None
+        self.ending: str | None = None
 
     # -- handles and memory ---------------------------------------------------------------
     def _resolve(self, handle: int) -> Any:
@@ -184,6 +188,8 @@ class Session:
             yield from self._refuse_batch(batch, next_message)
             return
         for op in batch.ops:
+            if self.ending is not None:     # the daemon is shutting down: stop between two ops
+                raise SessionEnded(self.ending)
             yield from self.run_op(op, next_message)
 
     def _refuse_batch(self, batch: pb.OpBatch, next_message) -> Iterator[pb.ServerMessage]:
@@ -278,6 +284,11 @@ class Session:
             r.dropped_errors = self._dropped
             self._deferred.clear()
             self._dropped = 0
+            if self.drain_deadline is not None:
+                left = max(0.0, self.drain_deadline - time.monotonic())
+                r.notice = (f"the gpuremote daemon is shutting down: this session keeps working for at most "
+                            f"{left:.0f} s more, then its arrays are gone; save what you need and finish, or "
+                            "start again on another device")
             yield reply
             yield from extra
 
@@ -555,3 +566,7 @@ class Session:
 
 class _StreamBroken(ProtocolError):
     """The client's stream is out of step (a chunk missing or misplaced): the session must end."""
+
+
+class SessionEnded(_StreamBroken):
+    """The daemon ends the session (it is shutting down); the message says why, for the client."""

@@ -26,6 +26,14 @@ class TransportError(ProtocolError):
     """The data plane's stream is out of step or was refused (the session cannot go on over it)."""
 
 
+class PeerEnded(TransportError):
+    """The daemon ended the session and said why (an ERROR frame): its reason beats any other symptom."""
+
+    def __init__(self, reason: str):
+        super().__init__(f"the daemon ended the session: {reason}")
+        self.reason = reason
+
+
 class Unavailable(Exception):
     """A transport cannot be used here (missing module, device, peer on another host, ...)."""
 
@@ -87,6 +95,8 @@ def lost(exc: BaseException, address: str, name: str) -> Exception:
             f"a message between this process and the daemon at {address} exceeded the message size limit ({exc}); "
             "the session is closed and its arrays are gone. Send large data with cupy.asarray (it is chunked) "
             "rather than inside a call's arguments, or raise GPUREMOTE_MAX_MESSAGE_BYTES on both sides")
+    if isinstance(exc, PeerEnded):
+        return DeviceLostError(f"the gpuremote daemon at {address} ended the session: {exc.reason}")
     if isinstance(exc, ProtocolError):
         return exc
     return DeviceLostError(f"lost the {name} connection to the gpuremote daemon at {address} ({exc or type(exc).__name__}); "

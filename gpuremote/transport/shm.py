@@ -210,6 +210,13 @@ class ShmLink(_RingIO, SocketLink):
             if not old.alive():
                 del self._registered[sid]
                 self.fs.send(FORGET, sid)
+        if ref.id not in self._registered and (
+                len(self._registered) >= DEFAULTS.shm_max_segments or
+                sum(r.size for r in self._registered.values()) + ref.size > DEFAULTS.shm_max_segment_bytes):
+            # Past the daemon's per-session limits (it would end the session): copy through the ring.
+            del held
+            self._segment = None
+            return -(-flat.size // self.tx.slot_bytes)
         if ref.id not in self._registered:
             self.fs.send(REGISTER, ref.id, U64.pack(ref.size), fds=[ref.fd])
             self._registered[ref.id] = ref

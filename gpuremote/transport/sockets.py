@@ -15,7 +15,7 @@ import numpy
 from google.protobuf.message import DecodeError
 
 from gpuremote._config import DEFAULTS
-from gpuremote.transport.base import Link, MessageTooLarge, TransportError
+from gpuremote.transport.base import Link, MessageTooLarge, PeerEnded, TransportError
 from gpuremote.transport.frames import (ACK, ATTACH, ATTACHED, BYE, ERROR, KIND_NAMES, MSG, PING, PONG, RAW,
                                         FrameSocket, PeerClosed)
 from gpuremote.wire import pb
@@ -122,7 +122,7 @@ class SocketLink(Link):
         """A frame other than the one expected: the daemon's error, or a subclass's bookkeeping."""
         if kind == ERROR:
             text = bytes(self.fs.read_payload(min(length, _CONTROL_MAX))).decode("utf-8", "replace")
-            raise TransportError(f"the daemon ended the session: {text}")
+            raise PeerEnded(text)
         raise TransportError(f"unexpected {KIND_NAMES.get(kind, kind)} frame from the daemon")
 
     def ping(self, payload: bytes = b"") -> bytes:

@@ -229,7 +229,7 @@ class Chunk(_message.Message):
     def __init__(self, seq: _Optional[int] = ..., offset: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...
 
 class Reply(_message.Message):
-    __slots__ = ("seq", "value", "meta", "chunked", "error", "deferred_errors", "dropped_errors")
+    __slots__ = ("seq", "value", "meta", "chunked", "error", "deferred_errors", "dropped_errors", "notice")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     VALUE_FIELD_NUMBER: _ClassVar[int]
     META_FIELD_NUMBER: _ClassVar[int]
@@ -237,6 +237,7 @@ class Reply(_message.Message):
     ERROR_FIELD_NUMBER: _ClassVar[int]
     DEFERRED_ERRORS_FIELD_NUMBER: _ClassVar[int]
     DROPPED_ERRORS_FIELD_NUMBER: _ClassVar[int]
+    NOTICE_FIELD_NUMBER: _ClassVar[int]
     seq: int
     value: _value_pb2.Value
     meta: _value_pb2.ArrayMeta
@@ -244,7 +245,8 @@ class Reply(_message.Message):
     error: Error
     deferred_errors: _containers.RepeatedCompositeFieldContainer[Error]
     dropped_errors: int
-    def __init__(self, seq: _Optional[int] = ..., value: _Optional[_Union[_value_pb2.Value, _Mapping]] = ..., meta: _Optional[_Union[_value_pb2.ArrayMeta, _Mapping]] = ..., chunked: _Optional[_Union[ChunkedArray, _Mapping]] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., deferred_errors: _Optional[_Iterable[_Union[Error, _Mapping]]] = ..., dropped_errors: _Optional[int] = ...) -> None: ...
+    notice: str
+    def __init__(self, seq: _Optional[int] = ..., value: _Optional[_Union[_value_pb2.Value, _Mapping]] = ..., meta: _Optional[_Union[_value_pb2.ArrayMeta, _Mapping]] = ..., chunked: _Optional[_Union[ChunkedArray, _Mapping]] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., deferred_errors: _Optional[_Iterable[_Union[Error, _Mapping]]] = ..., dropped_errors: _Optional[int] = ..., notice: _Optional[str] = ...) -> None: ...
 
 class ChunkedArray(_message.Message):
     __slots__ = ("meta", "chunks")
@@ -275,18 +277,22 @@ class InfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class InfoReply(_message.Message):
-    __slots__ = ("version", "protocol_version", "backend", "devices", "sessions")
+    __slots__ = ("version", "protocol_version", "backend", "devices", "sessions", "draining", "drain_remaining_s")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     BACKEND_FIELD_NUMBER: _ClassVar[int]
     DEVICES_FIELD_NUMBER: _ClassVar[int]
     SESSIONS_FIELD_NUMBER: _ClassVar[int]
+    DRAINING_FIELD_NUMBER: _ClassVar[int]
+    DRAIN_REMAINING_S_FIELD_NUMBER: _ClassVar[int]
     version: str
     protocol_version: int
     backend: str
     devices: _containers.RepeatedCompositeFieldContainer[DeviceInfo]
     sessions: _containers.RepeatedCompositeFieldContainer[SessionInfo]
-    def __init__(self, version: _Optional[str] = ..., protocol_version: _Optional[int] = ..., backend: _Optional[str] = ..., devices: _Optional[_Iterable[_Union[DeviceInfo, _Mapping]]] = ..., sessions: _Optional[_Iterable[_Union[SessionInfo, _Mapping]]] = ...) -> None: ...
+    draining: bool
+    drain_remaining_s: float
+    def __init__(self, version: _Optional[str] = ..., protocol_version: _Optional[int] = ..., backend: _Optional[str] = ..., devices: _Optional[_Iterable[_Union[DeviceInfo, _Mapping]]] = ..., sessions: _Optional[_Iterable[_Union[SessionInfo, _Mapping]]] = ..., draining: _Optional[bool] = ..., drain_remaining_s: _Optional[float] = ...) -> None: ...
 
 class DeviceInfo(_message.Message):
     __slots__ = ("index", "name", "memory_total", "memory_used", "compute_capability", "multiprocessor_count", "utilization")
