@@ -117,7 +117,8 @@ def daemon(listen, backend, devices, emulate, emulate_memory, max_sessions, drai
         server.stop(grace=0)
         raise
     stop.wait()
-    membership.leave()              # the pool places nothing more here
+    server.service.start_drain(drain_timeout)   # no new sessions from here on
+    membership.leave()                          # and the pool places nothing more here
     server.drain(drain_timeout, stop.again, say=lambda line: (click.echo(f"gpuremote daemon: {line}"),
                                                              sys.stdout.flush()))
     membership.stop()

@@ -53,8 +53,8 @@ def _ttl(ctx, param, value):
 @click.option("--metrics-port", type=click.IntRange(0, 65535), metavar="PORT",
               help="Serve Prometheus metrics at http://HOST:PORT/metrics (0 picks a free port, printed).")
 @click.option("--daemon-token-file", metavar="FILE",
-              help="Reserve Register and Heartbeat (which hand out the grant key) to daemons presenting the "
-                   "secret in FILE (mode 600), so that tenants holding --token-file cannot register.")
+              help="Reserve Register, Heartbeat and Deregister (Register hands out the grant key) to daemons "
+                   "presenting the secret in FILE (mode 600), so that tenants holding --token-file cannot register.")
 @security_options("server")
 def pool(listen, state_path, lease_ttl, policy, oversubscribe_compute, verbose, metrics_port, daemon_token_file,
          security):

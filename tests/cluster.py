@@ -199,4 +199,4 @@ def grant_key(state) -> bytes:
     """The pool's grant key, read from its state file (tests mint their own grants with it)."""
     import sqlite3
     with sqlite3.connect(str(state)) as db:
-        return db.execute("SELECT value FROM secrets").fetchone()[0]
+        return db.execute("SELECT value FROM secrets WHERE name = 'grant_key'").fetchone()[0]

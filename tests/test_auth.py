@@ -115,11 +115,12 @@ def test_pool_requires_the_token_on_every_rpc(tmp_path, token, other_token):
     daemon_token = secret_file(tmp_path / "daemons", "daemons-only-secret")
     pool = PoolProcess(tmp_path / "pool.db", security=("--token-file", token, "--daemon-token-file", daemon_token))
     try:
-        assert "token, separate token for 2 method(s)" in pool.output()
+        assert "token, separate token for 3 method(s)" in pool.output()
         stub = pool.stub                                              # plaintext, no token
         for call in (lambda: stub.Status(pool_pb2.StatusRequest(), timeout=10),
                      lambda: stub.Register(register_request(), timeout=10),
                      lambda: stub.Heartbeat(pool_pb2.HeartbeatRequest(host_id="h0"), timeout=10),
+                     lambda: stub.Deregister(pool_pb2.DeregisterRequest(host_id="h0"), timeout=10),
                      lambda: stub.Allocate(pool_pb2.AllocateRequest(count=1, whole=True), timeout=10),
                      lambda: stub.Release(pool_pb2.ReleaseRequest(lease_id="x"), timeout=10)):
             assert code_of(call)[0] == grpc.StatusCode.UNAUTHENTICATED
@@ -129,16 +130,26 @@ def test_pool_requires_the_token_on_every_rpc(tmp_path, token, other_token):
                 token_file=path, environ={}), options=[]))
 
         tenant, daemon, stranger = stub_with(token), stub_with(daemon_token), stub_with(other_token)
+        other_tenant = stub_with(token)
         assert tenant.Status(pool_pb2.StatusRequest(), timeout=10).hosts == []
         assert code_of(lambda: stranger.Status(pool_pb2.StatusRequest(), timeout=10))[0] == \
             grpc.StatusCode.UNAUTHENTICATED
-        # Tenants cannot register (which would hand them the grant key); daemons can.
+        # Tenants cannot register (which would hand them the grant key) or deregister a host; daemons can.
         code, details = code_of(lambda: tenant.Register(register_request(), timeout=10))
+        assert code == grpc.StatusCode.UNAUTHENTICATED and "--daemon-token-file" in details
+        code, details = code_of(lambda: tenant.Deregister(pool_pb2.DeregisterRequest(host_id="h0"), timeout=10))
         assert code == grpc.StatusCode.UNAUTHENTICATED and "--daemon-token-file" in details
         assert len(daemon.Register(register_request(), timeout=10).grant_key) == 32
         assert daemon.Heartbeat(pool_pb2.HeartbeatRequest(host_id="h0", devices=devices(1)), timeout=10).known
         lease = tenant.Allocate(pool_pb2.AllocateRequest(count=1, whole=True), timeout=10)
-        tenant.Release(pool_pb2.ReleaseRequest(lease_id=lease.lease_id), timeout=10)
+        # Another tenant with the same token sees the lease id but cannot release the lease.
+        (seen,) = other_tenant.Status(pool_pb2.StatusRequest(), timeout=10).leases
+        code, details = code_of(lambda: other_tenant.Release(pool_pb2.ReleaseRequest(lease_id=seen.lease_id),
+                                                             timeout=10))
+        assert code == grpc.StatusCode.PERMISSION_DENIED and "lease secret is missing or wrong" in details
+        tenant.Release(pool_pb2.ReleaseRequest(lease_id=lease.lease_id, lease_secret=lease.lease_secret), timeout=10)
+        assert daemon.Deregister(pool_pb2.DeregisterRequest(host_id="h0"), timeout=10).known
+        assert tenant.Status(pool_pb2.StatusRequest(), timeout=10).hosts == []
     finally:
         pool.stop()
 

@@ -33,7 +33,7 @@ import traceback
 import grpc
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, seed, settings
+from hypothesis import HealthCheck, assume, given, seed, settings
 from hypothesis import strategies as st
 
 from gpuremote._config import PROTOCOL_VERSION
@@ -673,10 +673,12 @@ def test_raw_bytes_on_the_session_stream(daemon_guard, wire, first, rest):
 GOOD_HOST = "good-host"
 POOL_METHODS = {"Register": pool_pb2.RegisterRequest, "Heartbeat": pool_pb2.HeartbeatRequest,
                 "Allocate": pool_pb2.AllocateRequest, "Renew": pool_pb2.RenewRequest,
-                "Release": pool_pb2.ReleaseRequest, "Status": pool_pb2.StatusRequest}
+                "Release": pool_pb2.ReleaseRequest, "Status": pool_pb2.StatusRequest,
+                "Deregister": pool_pb2.DeregisterRequest}
 POOL_REPLIES = {"Register": pool_pb2.RegisterReply, "Heartbeat": pool_pb2.HeartbeatReply,
                 "Allocate": pool_pb2.AllocateReply, "Renew": pool_pb2.RenewReply,
-                "Release": pool_pb2.ReleaseReply, "Status": pool_pb2.StatusReply}
+                "Release": pool_pb2.ReleaseReply, "Status": pool_pb2.StatusReply,
+                "Deregister": pool_pb2.DeregisterReply}
 
 
 class GoodPoolUser:
@@ -707,10 +709,12 @@ class GoodPoolUser:
                 for s in lease.grants:
                     g = grants.verify(s, self.key)
                     assert g.host_id == GOOD_HOST and g.lease_id == lease.lease_id
-                renewed = stub.Renew(pool_pb2.RenewRequest(lease_id=lease.lease_id), timeout=10)
+                renewed = stub.Renew(pool_pb2.RenewRequest(lease_id=lease.lease_id, lease_secret=lease.lease_secret),
+                                     timeout=10)
                 assert renewed.expires_at >= lease.expires_at and len(renewed.grants) == len(lease.grants)
                 assert any(le.lease_id == lease.lease_id for le in stub.Status(pool_pb2.StatusRequest(), timeout=10).leases)
-                stub.Release(pool_pb2.ReleaseRequest(lease_id=lease.lease_id), timeout=10)
+                stub.Release(pool_pb2.ReleaseRequest(lease_id=lease.lease_id, lease_secret=lease.lease_secret),
+                             timeout=10)
                 self.iterations += 1
                 time.sleep(0.02)
         except BaseException:
@@ -729,8 +733,9 @@ def pool(tmp_path_factory):
     try:
         good.stop()
         assert p.proc.poll() is None, "the pool died"
-        for lease_id in p.leases:           # granted to fuzzed requests and not released yet (none expected)
-            p.stub.Release(pool_pb2.ReleaseRequest(lease_id=lease_id), timeout=10)
+        for lease in p.leases:              # granted to fuzzed requests and not released yet (none expected)
+            p.stub.Release(pool_pb2.ReleaseRequest(lease_id=lease.lease_id, lease_secret=lease.lease_secret),
+                           timeout=10)
         status = p.status()
         assert status.waiting == 0 and not status.leases, status
         unexpected = [e for e in _log_entries(p.lines) if "Traceback" in e and not _grpc_refusal(e)]
@@ -862,12 +867,14 @@ def plausible_allocates(draw) -> pool_pb2.AllocateRequest:
 
 
 LEASE_IDS = st.one_of(st.text(max_size=40), st.text("0123456789abcdef", min_size=32, max_size=32), st.just("x" * 10_000))
+LEASE_SECRETS = st.one_of(st.just(b""), st.binary(min_size=32, max_size=32), st.binary(max_size=40),
+                          st.just(b"s" * 100_000))
 
 
 @st.composite
 def pool_requests(draw):
     method = draw(st.sampled_from(["Allocate", "Allocate", "Register", "Register", "Heartbeat", "Renew", "Release",
-                                   "Status"]))
+                                   "Status", "Deregister"]))
     if method == "Allocate":
         return method, draw(st.one_of(allocate_requests(), plausible_allocates()))
     if method == "Register":
@@ -877,7 +884,10 @@ def pool_requests(draw):
             host_id=draw(st.one_of(st.sampled_from(FUZZ_HOSTS), TEXTS.filter(lambda t: t != GOOD_HOST))),
             devices=draw(pool_devices()))
     if method in ("Renew", "Release"):
-        return method, POOL_METHODS[method](lease_id=draw(LEASE_IDS))
+        return method, POOL_METHODS[method](lease_id=draw(LEASE_IDS), lease_secret=draw(LEASE_SECRETS))
+    if method == "Deregister":      # never the good user's host: it must stay placeable
+        return method, pool_pb2.DeregisterRequest(
+            host_id=draw(st.one_of(st.sampled_from(FUZZ_HOSTS), TEXTS.filter(lambda t: t != GOOD_HOST))))
     return method, pool_pb2.StatusRequest()
 
 
@@ -886,13 +896,19 @@ def _handle_pool_reply(p: PoolProcess, method: str, request, reply) -> None:
     if reply is None:
         return
     if method == "Allocate":
-        assert reply.lease_id and len(reply.grants) == request.count, reply
-        p.leases.append(reply.lease_id)
-        renewed, status = pool_call(p, "Renew", pool_pb2.RenewRequest(lease_id=reply.lease_id))
+        assert reply.lease_id and len(reply.lease_secret) == 32 and len(reply.grants) == request.count, reply
+        p.leases.append(reply)
+        # Its public id alone (or with a wrong secret) renews and releases nothing.
+        for call, cls in (("Renew", pool_pb2.RenewRequest), ("Release", pool_pb2.ReleaseRequest)):
+            _, status = pool_call(p, call, cls(lease_id=reply.lease_id, lease_secret=reply.lease_secret[::-1]))
+            assert status and status[0] == grpc.StatusCode.PERMISSION_DENIED, status
+        renewed, status = pool_call(p, "Renew", pool_pb2.RenewRequest(lease_id=reply.lease_id,
+                                                                      lease_secret=reply.lease_secret))
         assert status is None and len(renewed.grants) == request.count, status
-        _, status = pool_call(p, "Release", pool_pb2.ReleaseRequest(lease_id=reply.lease_id))
+        _, status = pool_call(p, "Release", pool_pb2.ReleaseRequest(lease_id=reply.lease_id,
+                                                                    lease_secret=reply.lease_secret))
         assert status is None, status
-        p.leases.remove(reply.lease_id)
+        p.leases.remove(reply)
     elif method == "Register":
         p.hosts.add(request.host_id or request.address)
 
@@ -917,6 +933,8 @@ def _pool_valid_bytes() -> list[tuple[str, bytes]]:
              .SerializeToString()),
             ("Renew", pool_pb2.RenewRequest(lease_id="0" * 32).SerializeToString()),
             ("Release", pool_pb2.ReleaseRequest(lease_id="0" * 32).SerializeToString()),
+            ("Renew", pool_pb2.RenewRequest(lease_id="0" * 32, lease_secret=b"\1" * 32).SerializeToString()),
+            ("Deregister", pool_pb2.DeregisterRequest(host_id="raw").SerializeToString()),
             ("Status", b"")]
 
 
@@ -956,6 +974,7 @@ def test_raw_bytes_on_pool_methods(pool_guard, call):
     rpc = pool_guard.channel.unary_unary(f"/gpuremote.v1.Pool/{method}", request_serializer=lambda b: b,
                                          response_deserializer=lambda b: b)
     request = _decodes(POOL_METHODS[method], data)
+    assume(not (method == "Deregister" and request is not None and request.host_id == GOOD_HOST))
     start = time.monotonic()
     try:
         reply, status = rpc(data, timeout=3.0), None

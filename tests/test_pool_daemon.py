@@ -8,11 +8,13 @@ or grants minted with the pool's key (read from its SQLite state file) for the r
 from __future__ import annotations
 
 import contextlib
+import signal
 import re
 import subprocess
 import time
 import urllib.request
 
+import grpc
 import pytest
 
 from cluster import GPUREMOTE, GiB, Cluster, Procs, grant_key, info, ready, wait_until
@@ -43,7 +45,13 @@ def allocate(cluster, count=1, filters=(), **size) -> pool_pb2.AllocateReply:
 
 
 def release(cluster, lease) -> None:
-    cluster.stub.Release(pool_pb2.ReleaseRequest(lease_id=lease.lease_id), timeout=10)
+    cluster.stub.Release(pool_pb2.ReleaseRequest(lease_id=lease.lease_id, lease_secret=lease.lease_secret),
+                         timeout=10)
+
+
+def renew(cluster, lease) -> pool_pb2.RenewReply:
+    return cluster.stub.Renew(pool_pb2.RenewRequest(lease_id=lease.lease_id, lease_secret=lease.lease_secret),
+                              timeout=10)
 
 
 def grant_of(signed) -> pool_pb2.Grant:
@@ -233,7 +241,7 @@ def test_pool_sigkill_and_restart_keeps_leases_and_daemons_reregister(cluster):
         after = cluster.status()
         assert {lease.lease_id: list(lease.grants) for lease in after.leases} == before
         for lease in leases:
-            renewed = cluster.stub.Renew(pool_pb2.RenewRequest(lease_id=lease.lease_id), timeout=10)
+            renewed = renew(cluster, lease)
             assert renewed.expires_at > lease.expires_at
         # The daemons noticed the pool went away and registered again by themselves.
         for d, n in zip(cluster.daemons, registered):
@@ -242,7 +250,7 @@ def test_pool_sigkill_and_restart_keeps_leases_and_daemons_reregister(cluster):
                    "heartbeats")
         # The open session was not cut (its lease lives), and the renewed grants open new sessions.
         assert int(x.sum()) == 499500
-        renewed = cluster.stub.Renew(pool_pb2.RenewRequest(lease_id=g.lease_id), timeout=10)
+        renewed = renew(cluster, leases[0])
         session(g.address, renewed.grants).close()
     for lease in leases:
         release(cluster, lease)
@@ -299,3 +307,31 @@ def test_bad_daemon_flags(args, hint):
                           *args], capture_output=True, text=True, timeout=60)
     assert got.returncode == 2, (got.stdout, got.stderr)
     assert hint in got.stderr
+
+
+def test_sigterm_leaves_the_pool_and_drains_the_granted_session(cluster):
+    """A daemon shutting down deregisters at once (the pool places nothing more on it), lets the open
+    session work until its --drain-timeout, then ends it; the lease itself stays the client's."""
+    extra = cluster.procs.daemon(cluster.address, "h-draining", "--drain-timeout", "3", devices=1)
+    ready(extra)
+    wait_until(lambda: "h-draining" in [h.host_id for h in cluster.status().hosts], 20, "h-draining registered")
+    lease = allocate(cluster, filters=["host=h-draining"])
+    try:
+        with granted(extra.address, lease.grants) as cp:
+            x = cp.arange(10)
+            assert int(x.sum()) == 45
+            extra.proc.send_signal(signal.SIGTERM)
+            wait_until(lambda: "h-draining" not in [h.host_id for h in cluster.status().hosts], 10,
+                       "the draining host left the pool")
+            assert info(extra.address).draining
+            assert int(x.sum()) == 45                          # still served during the drain
+            with pytest.raises(grpc.RpcError) as refused:
+                allocate(cluster, filters=["host=h-draining"], whole=True, wait_s=0)
+            assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION, refused.value
+            assert extra.wait(timeout=20) == 0
+            with pytest.raises(DeviceLostError, match="shut down after a 3 s drain|lost the connection"):
+                int(x.sum())
+        assert "ended 1 session(s) still open at the deadline" in extra.output()
+        renew(cluster, lease)                                  # the lease outlives its daemon
+    finally:
+        release(cluster, lease)

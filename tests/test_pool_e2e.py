@@ -114,8 +114,13 @@ def allocate(pool: PoolProcess, count: int = 1, wait_s: float = 0.0, filters=(),
                                                        client_name="test", **size), timeout=30)
 
 
-def release(pool: PoolProcess, lease_id: str) -> None:
-    pool.stub.Release(pool_pb2.ReleaseRequest(lease_id=lease_id), timeout=10)
+def release(pool: PoolProcess, lease: pool_pb2.AllocateReply) -> None:
+    pool.stub.Release(pool_pb2.ReleaseRequest(lease_id=lease.lease_id, lease_secret=lease.lease_secret), timeout=10)
+
+
+def renew(pool: PoolProcess, lease: pool_pb2.AllocateReply) -> pool_pb2.RenewReply:
+    return pool.stub.Renew(pool_pb2.RenewRequest(lease_id=lease.lease_id, lease_secret=lease.lease_secret),
+                           timeout=10)
 
 
 def refused(call, code: grpc.StatusCode, *hints: str) -> str:
@@ -188,7 +193,7 @@ def test_concurrent_allocations_never_exceed_a_device(pools):
             ledger.take(reply, "whole" in ask)
             time.sleep(rng.uniform(0, 0.03))
             ledger.give_back(reply, "whole" in ask)
-            release(pool, reply.lease_id)
+            release(pool, reply)
             outcomes.append("OK")
 
     threads = [threading.Thread(target=client, args=(seed,)) for seed in range(24)]
@@ -214,23 +219,23 @@ def test_waiting_requests_are_served_first_come_first_served(pools):
     second = pool.stub.Allocate.future(pool_pb2.AllocateRequest(count=1, fraction=0.5, wait_s=20), timeout=30)
     wait_until(lambda: pool.status().waiting == 2)
 
-    release(pool, held[0].lease_id)                             # room for the second, not the first
+    release(pool, held[0])                             # room for the second, not the first
     refused(lambda: allocate(pool, fraction=0.1), grpc.StatusCode.RESOURCE_EXHAUSTED,
             "requests that came first are waiting (2 request(s) waiting ahead)")
     time.sleep(0.5)
     assert not first.done() and not second.done() and pool.status().waiting == 2
 
-    release(pool, held[1].lease_id)                             # now the first fits: it goes first
+    release(pool, held[1])                             # now the first fits: it goes first
     got_first = first.result(timeout=10)
     assert sorted(places(got_first)) == sorted(places(held[0]) + places(held[1]))
     time.sleep(0.3)
     assert not second.done() and pool.status().waiting == 1
 
-    release(pool, held[2].lease_id)
+    release(pool, held[2])
     got_second = second.result(timeout=10)
     assert places(got_second) == places(held[2])
     for lease in [got_first, got_second] + held[3:]:
-        release(pool, lease.lease_id)
+        release(pool, lease)
     assert pool.status().waiting == 0
 
 
@@ -245,7 +250,7 @@ def test_a_wait_that_runs_out_says_so_and_leaves_the_queue(pools):
             "no capacity freed", "after waiting 0.5 s")
     assert 0.45 <= time.monotonic() - started < 3
     assert pool.status().waiting == 0
-    release(pool, held.lease_id)
+    release(pool, held)
 
 
 # --- restart ---
@@ -272,12 +277,56 @@ def test_restart_after_sigkill_keeps_every_lease(pools, tmp_path):
     assert register(pool, "h0").grant_key == key
     for lease in leases:
         grants.verify(lease.grants[0], key)
-        renewed = pool.stub.Renew(pool_pb2.RenewRequest(lease_id=lease.lease_id), timeout=10)
+        renewed = renew(pool, lease)
         assert renewed.expires_at > lease.expires_at
         assert [grants.verify(s, key).expires_at for s in renewed.grants] == [renewed.expires_at] * len(lease.grants)
         assert places(renewed) == places(lease)
     # The restored leases still hold their capacity: 2 + 1 + 3 + 1 devices are in use.
     refused(lambda: allocate(pool, count=3), grpc.StatusCode.RESOURCE_EXHAUSTED, "no capacity is free now")
+    # The lease key survived too: the secrets handed out before the kill still work, only they.
+    other = pool_pb2.AllocateReply(lease_id=leases[0].lease_id, lease_secret=leases[1].lease_secret)
+    refused(lambda: release(pool, other), grpc.StatusCode.PERMISSION_DENIED, "lease secret is missing or wrong")
+    for lease in leases:
+        release(pool, lease)
+    assert not pool.status().leases
+
+
+# --- lease secrets ---
+
+def test_only_the_allocating_client_can_renew_or_release_its_lease(pools):
+    from gpuremote.pool.server import lease_secret
+    pool = pools()
+    key = three_hosts(pool)
+    mine, theirs = allocate(pool, fraction=0.5), allocate(pool, fraction=0.5)
+    assert len(mine.lease_secret) == 32 and mine.lease_secret != theirs.lease_secret
+    # Nothing public carries it: not Status, not the grants daemons see; the grant key cannot derive it.
+    status = pool.status()
+    assert mine.lease_secret not in status.SerializeToString()
+    assert all(mine.lease_secret not in s.SerializeToString() for s in mine.grants)
+    assert lease_secret(key, mine.lease_id) != mine.lease_secret
+    # Another tenant reads the lease id from Status and tries it with every secret it could have.
+    seen_id = next(lease.lease_id for lease in status.leases if lease.lease_id == mine.lease_id)
+    for wrong in (b"", b"\0" * 32, os.urandom(32), os.urandom(5), theirs.lease_secret, mine.lease_secret[:31],
+                  lease_secret(key, seen_id)):
+        forged = pool_pb2.AllocateReply(lease_id=seen_id, lease_secret=wrong)
+        for call in (renew, release):
+            refused(lambda: call(pool, forged), grpc.StatusCode.PERMISSION_DENIED,
+                    f"lease {seen_id}: the lease secret is missing or wrong",
+                    "only the client that allocated the lease can renew or release it")
+    # An oversized secret is refused before any work, whether or not the lease exists.
+    for lease_id in (seen_id, "no-such-lease"):
+        for size in (33, 1 << 20):
+            huge = pool_pb2.AllocateReply(lease_id=lease_id, lease_secret=b"s" * size)
+            for call in (renew, release):
+                refused(lambda: call(pool, huge), grpc.StatusCode.INVALID_ARGUMENT, f"{size:,} bytes",
+                        "AllocateReply.lease_secret")
+    # Nothing changed: the lease is there, and its owner renews and releases it.
+    assert [lease.lease_id for lease in pool.status().leases] == [mine.lease_id, theirs.lease_id]
+    assert renew(pool, mine).expires_at > mine.expires_at
+    release(pool, mine)
+    refused(lambda: release(pool, mine), grpc.StatusCode.NOT_FOUND, "unknown")
+    assert [lease.lease_id for lease in pool.status().leases] == [theirs.lease_id]
+    release(pool, theirs)
 
 
 # --- expiry ---
@@ -292,18 +341,18 @@ def test_an_unrenewed_lease_expires_and_frees_its_devices(pools):
     waiting = pool.stub.Allocate.future(pool_pb2.AllocateRequest(count=2, whole=True, wait_s=5), timeout=10)
     while not waiting.done():                                    # needs the lapsed lease's devices
         assert time.monotonic() - taken < 6
-        pool.stub.Renew(pool_pb2.RenewRequest(lease_id=kept.lease_id), timeout=10)
+        renew(pool, kept)
         time.sleep(0.05)
     waited = waiting.result()
     freed_after = time.monotonic() - taken
     assert 0.8 <= freed_after <= 2.0, freed_after                # expiry frees capacity within 2 TTLs
-    refused(lambda: pool.stub.Renew(pool_pb2.RenewRequest(lease_id=lapsed.lease_id), timeout=10),
+    refused(lambda: renew(pool, lapsed),
             grpc.StatusCode.NOT_FOUND, lapsed.lease_id, "unknown or has expired", "allocate again")
     # The waiter's own lease and the renewed one live on.
     deadline = time.monotonic() + 1.5
     while time.monotonic() < deadline:
         for lease in (kept, waited):
-            pool.stub.Renew(pool_pb2.RenewRequest(lease_id=lease.lease_id), timeout=10)
+            renew(pool, lease)
         time.sleep(0.25)
     assert {lease.lease_id for lease in pool.status().leases} == {kept.lease_id, waited.lease_id}
 
@@ -348,6 +397,53 @@ def test_a_silent_host_is_stale_gets_no_new_work_and_keeps_its_leases(pools):
             "no device matches the filters host=quiet", "chatty")
     pool.stub.Heartbeat(pool_pb2.HeartbeatRequest(host_id="quiet"), timeout=10)
     assert places(allocate(pool, fraction=0.1, filters=["host=quiet"])) == [("quiet", 1)]
+
+
+def deregister(pool: PoolProcess, host_id: str) -> bool:
+    return pool.stub.Deregister(pool_pb2.DeregisterRequest(host_id=host_id), timeout=10).known
+
+
+def test_a_deregistered_host_gets_no_new_work_keeps_its_leases_and_may_come_back(pools):
+    pool = pools()
+    register(pool, "leaving")
+    register(pool, "staying", n=1, port=7201)
+    kept = allocate(pool, count=2, filters=["host=leaving"])          # both of leaving's devices
+    filler = allocate(pool, filters=["host=staying"])
+    waiter = pool.stub.Allocate.future(pool_pb2.AllocateRequest(count=1, whole=True, filters=["host=leaving"],
+                                                                wait_s=20), timeout=30)
+    wait_until(lambda: pool.status().waiting == 1)
+    started = time.monotonic()
+    assert deregister(pool, "leaving")
+    # The waiter only that host could serve is told at once, not at the end of its wait.
+    with pytest.raises(grpc.RpcError) as info:
+        waiter.result(timeout=10)
+    assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "no device matches the filters host=leaving" in info.value.details()
+    assert time.monotonic() - started < 5
+    status = pool.status()
+    assert ([h.host_id for h in status.hosts], status.waiting) == (["staying"], 0)
+    assert [lease.lease_id for lease in status.leases] == [kept.lease_id, filler.lease_id]
+    assert not pool.stub.Heartbeat(pool_pb2.HeartbeatRequest(host_id="leaving"), timeout=10).known
+    # Its leases stay renewable; new work goes elsewhere or waits.
+    assert places(renew(pool, kept)) == places(kept)
+    refused(lambda: allocate(pool, fraction=0.5), grpc.StatusCode.RESOURCE_EXHAUSTED, "no capacity is free now")
+    release(pool, filler)
+    assert places(allocate(pool, fraction=0.5)) == [("staying", 0)]
+    # Idempotent, and checked like Register's host_id.
+    assert not deregister(pool, "leaving") and not deregister(pool, "never-registered")
+    refused(lambda: deregister(pool, ""), grpc.StatusCode.INVALID_ARGUMENT, "host_id is empty")
+    refused(lambda: deregister(pool, "x" * 300), grpc.StatusCode.INVALID_ARGUMENT, "300 characters")
+    # Forgotten on disk too: a restarted pool does not bring it back.
+    pool.kill()
+    pool = pools()
+    assert [h.host_id for h in pool.status().hosts] == ["staying"]
+    # Registering again brings it back, and the lease it still carries counts again.
+    register(pool, "leaving")
+    assert [h.host_id for h in pool.status().hosts] == ["leaving", "staying"]
+    refused(lambda: allocate(pool, fraction=0.1, filters=["host=leaving"]), grpc.StatusCode.RESOURCE_EXHAUSTED,
+            "no capacity is free now")
+    release(pool, kept)
+    assert places(allocate(pool, fraction=0.1, filters=["host=leaving"])) == [("leaving", 0)]
 
 
 def test_policy_and_oversubscription_flags_reach_placement(pools, tmp_path):
@@ -405,9 +501,9 @@ def test_bad_input_is_refused_clearly_and_changes_nothing(pools):
     before = snapshot(pool)
     invalid, exhausted = grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION
     for lease_id in ("no-such-lease", ""):
-        refused(lambda: pool.stub.Renew(pool_pb2.RenewRequest(lease_id=lease_id), timeout=10),
-                grpc.StatusCode.NOT_FOUND, "unknown or has expired")
-        refused(lambda: release(pool, lease_id), grpc.StatusCode.NOT_FOUND, "unknown", "never granted")
+        unknown = pool_pb2.AllocateReply(lease_id=lease_id, lease_secret=lease.lease_secret)
+        refused(lambda: renew(pool, unknown), grpc.StatusCode.NOT_FOUND, "unknown or has expired")
+        refused(lambda: release(pool, unknown), grpc.StatusCode.NOT_FOUND, "unknown", "never granted")
     for p in (0.0, -0.5, 1.5, float("nan")):
         refused(lambda: allocate(pool, fraction=p), invalid, "is not in (0, 1]", "such as 0.25")
     refused(lambda: allocate(pool, memory=9 * GiB), exhausted, "more than any device has", "8.00 GiB",
@@ -428,7 +524,7 @@ def test_bad_input_is_refused_clearly_and_changes_nothing(pools):
     refused(lambda: pool.stub.Heartbeat(pool_pb2.HeartbeatRequest(host_id="h0", devices=[
         pool_pb2.PoolDevice(index=0, memory_used=9 * GiB)]), timeout=10), invalid, "more than its")
     assert snapshot(pool) == before
-    release(pool, lease.lease_id)
+    release(pool, lease)
 
 
 # --- in-process server ---

@@ -239,6 +239,32 @@ def test_pack_places_shares_together_and_waiters_are_served_in_order(cluster, pr
     assert_idle(cluster)
 
 
+def test_a_lease_is_renewed_and_released_only_by_its_holder(cluster):
+    from gpuremote.client import grants as grant_env
+    from gpuremote.pool.client import Lease, PoolClient, PoolError
+    client, other = PoolClient(cluster.address), PoolClient(cluster.address)
+    lease = Lease.allocate(client, pool_pb2.AllocateRequest(count=1, fraction=0.25, client_name="holder"))
+    try:
+        # The secret stays in the holder: the command's grants (environment, file) do not carry it.
+        shared = b"".join(s.SerializeToString() for s in grant_env.decode(lease.env()[grant_env.GRANTS_ENV]))
+        with open(lease.grants_file) as f:
+            shared += b"".join(s.SerializeToString() for s in grant_env.decode(f.read()))
+        assert len(lease._secret) == 32 and lease._secret not in shared
+        # Another client who read the lease id from Status cannot end or keep it.
+        (seen,) = [x.lease_id for x in other.status().leases if x.client_name == "holder"]
+        for call in (other.release, other.renew):
+            with pytest.raises(PoolError, match="lease secret is missing or wrong") as info_:
+                call(seen, b"")
+            assert info_.value.code.name == "PERMISSION_DENIED"
+        wait_until(lambda: lease.keeper.renewals >= 2, 3 * TTL, "renewals with the secret")
+        assert lease.keeper.lost is None
+    finally:
+        lease.release()
+        client.close()
+        other.close()
+    assert_idle(cluster)
+
+
 def test_lease_memory_limit_holds_across_the_commands_processes(cluster, procs, scripts):
     run = procs.run(cluster.address, "-m", "1GiB", command=[PY, scripts["limit"]])
     assert run.wait(60) == 0, run.output()

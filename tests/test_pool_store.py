@@ -26,12 +26,14 @@ def path(tmp_path):
 
 def test_everything_written_is_there_after_reopen(path):
     store = SQLiteStore(path)
-    key = store.grant_key(b"k" * 32)
+    key = store.secret("grant_key", b"k" * 32)
+    lease_key = store.secret("lease_key", b"l" * 32)
     store.put_host(HOST)
     store.put_lease(LEASE)
     store.close()
     store = SQLiteStore(path)
-    assert store.grant_key(b"other" * 8) == key == b"k" * 32
+    assert store.secret("grant_key", b"other" * 8) == key == b"k" * 32
+    assert store.secret("lease_key", b"other" * 8) == lease_key == b"l" * 32
     assert store.hosts() == [HOST]
     assert store.leases() == [LEASE]
     store.close()
@@ -43,7 +45,7 @@ def test_a_killed_writer_loses_nothing_it_committed(path):
         from gpuremote.pool.store import SQLiteStore
         from gpuremote.pool.model import Allocation, Lease
         store = SQLiteStore({path!r})
-        store.grant_key(b"k" * 32)
+        store.secret("grant_key", b"k" * 32)
         for i in range(20):
             store.put_lease(Lease(f"lease-{{i}}", "c", float(i), 1e12, (Allocation("h", 0, 1, 0.1, False, b"s"),)))
         os.kill(os.getpid(), signal.SIGKILL)
@@ -52,7 +54,7 @@ def test_a_killed_writer_loses_nothing_it_committed(path):
     assert proc.returncode == -9
     store = SQLiteStore(path)
     assert [lease.lease_id for lease in store.leases()] == [f"lease-{i}" for i in range(20)]
-    assert store.grant_key(b"x" * 32) == b"k" * 32
+    assert store.secret("grant_key", b"x" * 32) == b"k" * 32
     store.close()
 
 
@@ -104,10 +106,12 @@ def test_a_failed_write_changes_nothing():
     store.close()
 
 
-def test_grant_key_is_created_once():
+def test_each_secret_is_created_once_under_its_own_name():
     store = SQLiteStore(":memory:")
-    assert store.grant_key(b"a" * 32) == b"a" * 32
-    assert store.grant_key(b"b" * 32) == b"a" * 32
+    assert store.secret("grant_key", b"a" * 32) == b"a" * 32
+    assert store.secret("grant_key", b"b" * 32) == b"a" * 32
+    assert store.secret("lease_key", b"c" * 32) == b"c" * 32       # not the grant key
+    assert store.secret("lease_key", b"d" * 32) == b"c" * 32
     store.close()
 
 

@@ -258,11 +258,13 @@ class DaemonServer:
 
     def drain(self, timeout: float, interrupted: threading.Event | None = None, say=None) -> None:
         """Graceful shutdown, before `stop`: no new sessions; the open ones keep working until they end
-        or `timeout` s pass (or `interrupted` is set), and are then ended with a reason their clients
+        or `timeout` s pass (or `interrupted` is set; counted from `service.start_drain` when that came
+        first), and are then ended with a reason their clients
         see. `say(text)` reports progress to the operator."""
         service = self.service
-        service.start_drain(timeout)
-        deadline = time.monotonic() + timeout
+        if service.drain_deadline is None:
+            service.start_drain(timeout)
+        deadline = service.drain_deadline
         interrupted = interrupted or threading.Event()
         if service.open_sessions() and say is not None:
             say(f"draining: {len(service.open_sessions())} session(s) open; they may work for {timeout:g} s more "

@@ -5,8 +5,10 @@ every gRPC failure to a PoolError whose message says what happened and what to d
 `Lease.allocate(client, request)` holds one lease: a `LeaseKeeper` thread renews it every
 ttl/3 (each call bounded; a failed renewal is retried sooner until the lease would have
 expired), rewrites the grants file with the re-signed grants, and stops at `release()`, which
-gives the devices back. Used by `gpuremote run --pool` (the wrapper process holds the lease while
-its command runs) and `gpuremote smi`.
+gives the devices back. Renew and Release prove the holder with the lease secret of the
+AllocateReply (the lease id is public): it stays in this process's memory, never in a file, the
+command's environment or a message. Used by `gpuremote run --pool` (the wrapper process holds the
+lease while its command runs) and `gpuremote smi`.
 
 Beware: renewal runs in the wrapper, not in the command: if the wrapper is killed (SIGKILL),
 nothing renews, and the pool expires the lease after its TTL; the daemons then close the
@@ -97,11 +99,15 @@ class PoolClient:
             future.cancel()        # the pool drops the waiting request at once
             raise
 
-    def renew(self, lease_id: str, timeout: float = DEFAULTS.pool_rpc_timeout_s) -> pool_pb2.RenewReply:
-        return self._call(self.stub.Renew, pool_pb2.RenewRequest(lease_id=lease_id), timeout)
+    def renew(self, lease_id: str, secret: bytes,
+              timeout: float = DEFAULTS.pool_rpc_timeout_s) -> pool_pb2.RenewReply:
+        """Extend the lease; `secret` is its AllocateReply.lease_secret."""
+        return self._call(self.stub.Renew, pool_pb2.RenewRequest(lease_id=lease_id, lease_secret=secret), timeout)
 
-    def release(self, lease_id: str) -> None:
-        self._call(self.stub.Release, pool_pb2.ReleaseRequest(lease_id=lease_id), DEFAULTS.pool_rpc_timeout_s)
+    def release(self, lease_id: str, secret: bytes) -> None:
+        """Give the lease's devices back; `secret` is its AllocateReply.lease_secret."""
+        self._call(self.stub.Release, pool_pb2.ReleaseRequest(lease_id=lease_id, lease_secret=secret),
+                   DEFAULTS.pool_rpc_timeout_s)
 
     def status(self) -> pool_pb2.StatusReply:
         return self._call(self.stub.Status, pool_pb2.StatusRequest(), DEFAULTS.pool_rpc_timeout_s)
@@ -113,9 +119,11 @@ class PoolClient:
 class LeaseKeeper:
     """Renews a lease every ttl/3 from a daemon thread until `stop()`; calls `on_renew(reply)` after each."""
 
-    def __init__(self, client: PoolClient, lease_id: str, ttl_s: float, expires_at: float, on_renew=None):
+    def __init__(self, client: PoolClient, lease_id: str, secret: bytes, ttl_s: float, expires_at: float,
+                 on_renew=None):
         self.client = client
         self.lease_id = lease_id
+        self._secret = secret
         self.ttl_s = ttl_s
         self.expires_at = expires_at
         self.on_renew = on_renew
@@ -134,9 +142,11 @@ class LeaseKeeper:
         wait = period
         while not self._stop.wait(wait):
             try:
-                reply = self.client.renew(self.lease_id, timeout=min(DEFAULTS.pool_rpc_timeout_s, period))
+                reply = self.client.renew(self.lease_id, self._secret,
+                                          timeout=min(DEFAULTS.pool_rpc_timeout_s, period))
             except PoolError as exc:
-                if exc.code == grpc.StatusCode.NOT_FOUND or time.time() >= self.expires_at:
+                if exc.code in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.PERMISSION_DENIED) \
+                        or time.time() >= self.expires_at:
                     self.lost = str(exc)
                     print(f"gpuremote: lease {self.lease_id} is lost ({exc}); the command's devices may be "
                           "given to others and its sessions closed", file=sys.stderr, flush=True)
@@ -165,6 +175,7 @@ class Lease:
     def __init__(self, client: PoolClient, reply: pool_pb2.AllocateReply):
         self.client = client
         self.lease_id = reply.lease_id
+        self._secret = reply.lease_secret
         self.ttl_s = reply.ttl_s
         self.signed = list(reply.grants)
         self.grants = [pool_pb2.Grant.FromString(s.grant) for s in self.signed]
@@ -172,7 +183,8 @@ class Lease:
         self._dir = tempfile.mkdtemp(prefix="gpuremote-lease-")      # mode 0700: grants are credentials
         self.grants_file = os.path.join(self._dir, "grants")
         grant_env.write_file(self.grants_file, self.signed)
-        self.keeper = LeaseKeeper(client, self.lease_id, reply.ttl_s, reply.expires_at, self._renewed).start()
+        self.keeper = LeaseKeeper(client, self.lease_id, self._secret, reply.ttl_s, reply.expires_at,
+                                  self._renewed).start()
         self._released = False
 
     @classmethod
@@ -181,7 +193,7 @@ class Lease:
         try:
             return cls(client, reply)
         except BaseException:
-            client.release(reply.lease_id)
+            client.release(reply.lease_id, reply.lease_secret)
             raise
 
     def _renewed(self, reply: pool_pb2.RenewReply) -> None:
@@ -201,7 +213,7 @@ class Lease:
         self.keeper.stop()
         try:
             if self.keeper.lost is None:
-                self.client.release(self.lease_id)
+                self.client.release(self.lease_id, self._secret)
         except PoolError as exc:
             if exc.code != grpc.StatusCode.NOT_FOUND:
                 print(f"gpuremote: could not release lease {self.lease_id} ({exc}); the pool frees it when it "

@@ -19,16 +19,22 @@ Beware:
 - One lock guards everything, including the store's fsync: simple, and enough for the rate of
   lease operations a pool sees; heartbeats do not touch the disk.
 - Expiry uses the wall clock (it must survive restarts); a clock jumping forward expires leases.
-- Whoever may call the pool may register and so receive the grant key: every RPC requires the
-  pool's token and/or client certificate (auth.py), which its daemons and clients share; an
-  --insecure pool listens on loopback only unless told otherwise (SECURITY.md).
-- A lease id is the bearer credential for Renew and Release; it is 128 random bits.
+- Whoever may call Register receives the grant key: every RPC requires the pool's token and/or
+  client certificate (auth.py); with --daemon-token-file, Register, Heartbeat and Deregister
+  require the daemons' own token instead, so tenants cannot register. An --insecure pool listens
+  on loopback only unless told otherwise (SECURITY.md).
+- A lease id is a public name (Status, daemons' Info show it). Renew and Release require the lease
+  secret, HMAC-SHA256(lease key, lease id), handed only to the allocating client: derived, so it
+  needs no storage and survives restarts with the lease key; that key never leaves the pool
+  (daemons get the grant key, which cannot derive lease secrets).
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
+import hashlib
+import hmac
 import logging
 import math
 import secrets
@@ -129,6 +135,22 @@ def _grant_of(signed: bytes) -> pool_pb2.Grant:
     return pool_pb2.Grant.FromString(pool_pb2.SignedGrant.FromString(signed).grant)
 
 
+# A lease secret is an HMAC-SHA256; its domain label keeps it apart from any other use of the key.
+LEASE_SECRET_BYTES = 32
+_LEASE_SECRET_LABEL = b"gpuremote lease secret\0"
+
+
+def lease_secret(lease_key: bytes, lease_id: str) -> bytes:
+    return hmac.new(lease_key, _LEASE_SECRET_LABEL + lease_id.encode(), hashlib.sha256).digest()
+
+
+def _check_secret_size(secret: bytes) -> None:
+    # Bounded before any work; shorter ones (an empty one included) are simply wrong: PERMISSION_DENIED.
+    if len(secret) > LEASE_SECRET_BYTES:
+        raise _invalid(f"lease_secret has {len(secret):,} bytes; a lease secret has {LEASE_SECRET_BYTES}: "
+                       "pass AllocateReply.lease_secret as it came")
+
+
 class Pool:
     """The pool's state and rules, independent of gRPC (errors are Refused)."""
 
@@ -138,7 +160,9 @@ class Pool:
         if policy not in placement.POLICIES:
             raise ValueError(f"unknown placement policy {policy!r}: use one of {', '.join(placement.POLICIES)}")
         self.store, self.ttl, self.policy, self.oversubscribe = store, lease_ttl, policy, oversubscribe
-        self.key = store.grant_key(secrets.token_bytes(32))
+        self.key = store.secret("grant_key", secrets.token_bytes(32))
+        # Derives lease secrets; unlike the grant key it is never sent anywhere.
+        self.lease_key = store.secret("lease_key", secrets.token_bytes(32))
         self.hosts = {h.host_id: h for h in store.hosts()}
         self.leases = {lease.lease_id: lease for lease in store.leases()}
         started = time.monotonic()
@@ -183,6 +207,21 @@ class Pool:
                       if lease.expires_at > now and lease.on_host(host.host_id)]
         return pool_pb2.HeartbeatReply(known=True, active_leases=active)
 
+    def deregister(self, request: pool_pb2.DeregisterRequest) -> pool_pb2.DeregisterReply:
+        host_id = _check_text(request.host_id, "host_id")
+        with self.cond:
+            if host_id not in self.hosts:
+                return pool_pb2.DeregisterReply(known=False)    # idempotent: a retried call is no error
+            # As if never registered: no placements; its leases stay (they end by release or expiry)
+            # and count again if it comes back. Heartbeats now answer known=false.
+            self._persist(self.store.delete_host, host_id)
+            del self.hosts[host_id]
+            self.seen.pop(host_id, None)
+            self.usage.pop(host_id, None)
+            self.cond.notify_all()      # a waiter that only this host could serve now fails at once
+        log.info("host %s deregistered", host_id)
+        return pool_pb2.DeregisterReply(known=True)
+
     # --- clients ---
 
     def allocate(self, request: pool_pb2.AllocateRequest, is_active: Callable[[], bool],
@@ -204,7 +243,8 @@ class Pool:
                               f"{len(self.queue)} requests are already waiting (the limit): try again later")
             return self._wait(wanted, client, wait, is_active)
 
-    def renew(self, lease_id: str) -> pool_pb2.RenewReply:
+    def renew(self, lease_id: str, secret: bytes) -> pool_pb2.RenewReply:
+        _check_secret_size(secret)
         with self.cond:
             lease = self.leases.get(lease_id)
             now = time.time()
@@ -212,6 +252,7 @@ class Pool:
                 raise Refused(grpc.StatusCode.NOT_FOUND,
                               f"lease {lease_id[:64]!r} is unknown or has expired (a lease lasts {self.ttl:g} s unless "
                               "renewed well within that): its devices may have gone to others; allocate again")
+            self._check_secret(lease_id, secret)
             expires = now + self.ttl
             renewed = dataclasses.replace(lease, expires_at=expires, grants=tuple(
                 dataclasses.replace(g, signed=self._resign(g.signed, expires)) for g in lease.grants))
@@ -220,11 +261,13 @@ class Pool:
         return pool_pb2.RenewReply(expires_at=expires,
                                    grants=[pool_pb2.SignedGrant.FromString(g.signed) for g in renewed.grants])
 
-    def release(self, lease_id: str) -> pool_pb2.ReleaseReply:
+    def release(self, lease_id: str, secret: bytes) -> pool_pb2.ReleaseReply:
+        _check_secret_size(secret)
         with self.cond:
             if lease_id not in self.leases:
                 raise Refused(grpc.StatusCode.NOT_FOUND, f"lease {lease_id[:64]!r} is unknown: it was released already, "
                                                          "expired, or never granted by this pool")
+            self._check_secret(lease_id, secret)
             self._persist(self.store.delete_leases, [lease_id])
             del self.leases[lease_id]
             self.cond.notify_all()
@@ -274,6 +317,12 @@ class Pool:
             write(*args)
         except StoreError as exc:
             raise Refused(grpc.StatusCode.UNAVAILABLE, f"the pool cannot save its state, nothing changed: {exc}")
+
+    def _check_secret(self, lease_id: str, secret: bytes) -> None:
+        if not hmac.compare_digest(secret, lease_secret(self.lease_key, lease_id)):
+            raise Refused(grpc.StatusCode.PERMISSION_DENIED,
+                          f"lease {lease_id}: the lease secret is missing or wrong; only the client that allocated "
+                          "the lease can renew or release it")
 
     def _stale(self, host_id: str) -> bool:
         return time.monotonic() - self.seen.get(host_id, -math.inf) > DEFAULTS.pool_stale_after_s
@@ -332,6 +381,7 @@ class Pool:
         log.info("lease %s for %r: %s", lease_id, client,
                  ", ".join(f"{a.host_id}/{a.device} ({a.memory:,} B, share {a.share:g})" for a in chosen))
         return pool_pb2.AllocateReply(lease_id=lease_id, expires_at=expires, ttl_s=self.ttl,
+                                      lease_secret=lease_secret(self.lease_key, lease_id),
                                       grants=[pool_pb2.SignedGrant.FromString(g.signed) for g in signed])
 
     def _resign(self, signed: bytes, expires: float) -> bytes:
@@ -376,18 +426,21 @@ class PoolService(pool_pb2_grpc.PoolServicer):
         context.add_callback(self.pool.wake)   # a cancelled waiter leaves the queue at once
         return self._answer(context, self.pool.allocate, request, context.is_active, context.time_remaining())
 
+    def Deregister(self, request, context):
+        return self._answer(context, self.pool.deregister, request)
+
     def Renew(self, request, context):
-        return self._answer(context, self.pool.renew, request.lease_id)
+        return self._answer(context, self.pool.renew, request.lease_id, request.lease_secret)
 
     def Release(self, request, context):
-        return self._answer(context, self.pool.release, request.lease_id)
+        return self._answer(context, self.pool.release, request.lease_id, request.lease_secret)
 
     def Status(self, request, context):
         return self._answer(context, self.pool.status)
 
 
 # The RPCs only daemons make; `gpuremote pool --daemon-token-file` reserves them to a token tenants lack.
-DAEMON_METHODS = ("/gpuremote.v1.Pool/Register", "/gpuremote.v1.Pool/Heartbeat")
+DAEMON_METHODS = ("/gpuremote.v1.Pool/Register", "/gpuremote.v1.Pool/Heartbeat", "/gpuremote.v1.Pool/Deregister")
 
 
 class PoolServer:
@@ -396,7 +449,7 @@ class PoolServer:
     def __init__(self, listen: str = "127.0.0.1:0", state_path: str = ":memory:",
                  lease_ttl: float = DEFAULTS.pool_lease_ttl_s, policy: str = "pack", oversubscribe: bool = False,
                  security: auth.ServerSecurity | None = None):
-        # security: token and/or TLS for every RPC, daemons' Register/Heartbeat included
+        # security: token and/or TLS for every RPC, daemons' Register/Heartbeat/Deregister included
         # (gpuremote/transport/auth.py); None serves unauthenticated, loopback only.
         self.store = SQLiteStore(state_path)
         try:

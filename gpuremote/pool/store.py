@@ -1,4 +1,4 @@
-"""The pool's durable state: hosts with their devices, leases with their grants, the grant key.
+"""The pool's durable state: hosts with their devices, leases with their grants, the pool's keys.
 
 `Store` is the interface the pool uses; `SQLiteStore(path)` keeps it in one SQLite file
 (":memory:" for tests of the logic). Every method is one transaction: a lease and its grants
@@ -55,8 +55,8 @@ class Store(abc.ABC):
     """What the pool persists. Each method is atomic."""
 
     @abc.abstractmethod
-    def grant_key(self, create: bytes) -> bytes:
-        """The stored grant key; stores `create` first if there is none yet."""
+    def secret(self, name: str, create: bytes) -> bytes:
+        """The stored secret `name` (e.g. "grant_key", "lease_key"); stores `create` first if there is none yet."""
 
     @abc.abstractmethod
     def hosts(self) -> list[Host]:
@@ -140,10 +140,10 @@ class SQLiteStore(Store):
                 raise StoreError(f"the pool's state file {self.path!r} failed ({exc}): check the disk "
                                  "(space, permissions) it lives on") from None
 
-    def grant_key(self, create: bytes) -> bytes:
+    def secret(self, name: str, create: bytes) -> bytes:
         with self._transaction() as db:
-            db.execute("INSERT OR IGNORE INTO secrets VALUES ('grant_key', ?)", (create,))
-            return db.execute("SELECT value FROM secrets WHERE name = 'grant_key'").fetchone()[0]
+            db.execute("INSERT OR IGNORE INTO secrets VALUES (?, ?)", (name, create))
+            return bytes(db.execute("SELECT value FROM secrets WHERE name = ?", (name,)).fetchone()[0])
 
     def hosts(self) -> list[Host]:
         with self._transaction() as db:

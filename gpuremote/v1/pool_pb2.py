@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17gpuremote/v1/pool.proto\x12\x0cgpuremote.v1\"\xb2\x01\n\nPoolDevice\x12\r\n\x05index\x18\x01 \x01(\r\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x14\n\x0cmemory_total\x18\x03 \x01(\x04\x12\x13\n\x0bmemory_used\x18\x04 \x01(\x04\x12\x13\n\x0butilization\x18\x05 \x01(\x01\x12\x1a\n\x12\x63ompute_capability\x18\x06 \x01(\t\x12+\n\x08sessions\x18\x07 \x03(\x0b\x32\x19.gpuremote.v1.PoolSession\"l\n\x0bPoolSession\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x10\n\x08lease_id\x18\x02 \x01(\t\x12\x13\n\x0b\x63lient_name\x18\x03 \x01(\t\x12\x13\n\x0bmemory_used\x18\x04 \x01(\x04\x12\r\n\x05\x61ge_s\x18\x05 \x01(\x01\"\x83\x01\n\x0fRegisterRequest\x12\x0f\n\x07host_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x0f\n\x07\x62\x61\x63kend\x18\x03 \x01(\t\x12)\n\x07\x64\x65vices\x18\x04 \x03(\x0b\x32\x18.gpuremote.v1.PoolDevice\x12\x12\n\ntransports\x18\x05 \x03(\t\"7\n\rRegisterReply\x12\x11\n\tgrant_key\x18\x01 \x01(\x0c\x12\x13\n\x0bheartbeat_s\x18\x02 \x01(\x01\"N\n\x10HeartbeatRequest\x12\x0f\n\x07host_id\x18\x01 \x01(\t\x12)\n\x07\x64\x65vices\x18\x02 \x03(\x0b\x32\x18.gpuremote.v1.PoolDevice\"6\n\x0eHeartbeatReply\x12\r\n\x05known\x18\x01 \x01(\x08\x12\x15\n\ractive_leases\x18\x02 \x03(\t\"\x95\x01\n\x0f\x41llocateRequest\x12\r\n\x05\x63ount\x18\x01 \x01(\r\x12\x0f\n\x05whole\x18\x02 \x01(\x08H\x00\x12\x12\n\x08\x66raction\x18\x03 \x01(\x01H\x00\x12\x10\n\x06memory\x18\x04 \x01(\x04H\x00\x12\x0f\n\x07\x66ilters\x18\x05 \x03(\t\x12\x0e\n\x06wait_s\x18\x06 \x01(\x01\x12\x13\n\x0b\x63lient_name\x18\x07 \x01(\tB\x06\n\x04size\"\x9b\x01\n\x05Grant\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x0f\n\x07host_id\x18\x02 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\x12\x0e\n\x06\x64\x65vice\x18\x04 \x01(\r\x12\x14\n\x0cmemory_limit\x18\x05 \x01(\x04\x12\x15\n\rcompute_share\x18\x06 \x01(\x01\x12\x12\n\nexpires_at\x18\x07 \x01(\x01\x12\r\n\x05nonce\x18\x08 \x01(\x0c\"/\n\x0bSignedGrant\x12\r\n\x05grant\x18\x01 \x01(\x0c\x12\x11\n\tsignature\x18\x02 \x01(\x0c\"o\n\rAllocateReply\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x12\n\nexpires_at\x18\x02 \x01(\x01\x12)\n\x06grants\x18\x03 \x03(\x0b\x32\x19.gpuremote.v1.SignedGrant\x12\r\n\x05ttl_s\x18\x04 \x01(\x01\" \n\x0cRenewRequest\x12\x10\n\x08lease_id\x18\x01 \x01(\t\"K\n\nRenewReply\x12\x12\n\nexpires_at\x18\x01 \x01(\x01\x12)\n\x06grants\x18\x02 \x03(\x0b\x32\x19.gpuremote.v1.SignedGrant\"\"\n\x0eReleaseRequest\x12\x10\n\x08lease_id\x18\x01 \x01(\t\"\x0e\n\x0cReleaseReply\"\x0f\n\rStatusRequest\"\xa0\x01\n\x08PoolHost\x12\x0f\n\x07host_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x0f\n\x07\x62\x61\x63kend\x18\x03 \x01(\t\x12\x13\n\x0blast_seen_s\x18\x04 \x01(\x01\x12)\n\x07\x64\x65vices\x18\x05 \x03(\x0b\x32\x18.gpuremote.v1.PoolDevice\x12\x12\n\ntransports\x18\x06 \x03(\t\x12\r\n\x05stale\x18\x07 \x01(\x08\"|\n\tPoolLease\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x13\n\x0b\x63lient_name\x18\x02 \x01(\t\x12\x14\n\x0c\x65xpires_in_s\x18\x03 \x01(\x01\x12\r\n\x05\x61ge_s\x18\x04 \x01(\x01\x12#\n\x06grants\x18\x05 \x03(\x0b\x32\x13.gpuremote.v1.Grant\"n\n\x0bStatusReply\x12%\n\x05hosts\x18\x01 \x03(\x0b\x32\x16.gpuremote.v1.PoolHost\x12\'\n\x06leases\x18\x02 \x03(\x0b\x32\x17.gpuremote.v1.PoolLease\x12\x0f\n\x07waiting\x18\x03 \x01(\r2\xa7\x03\n\x04Pool\x12\x46\n\x08Register\x12\x1d.gpuremote.v1.RegisterRequest\x1a\x1b.gpuremote.v1.RegisterReply\x12I\n\tHeartbeat\x12\x1e.gpuremote.v1.HeartbeatRequest\x1a\x1c.gpuremote.v1.HeartbeatReply\x12\x46\n\x08\x41llocate\x12\x1d.gpuremote.v1.AllocateRequest\x1a\x1b.gpuremote.v1.AllocateReply\x12=\n\x05Renew\x12\x1a.gpuremote.v1.RenewRequest\x1a\x18.gpuremote.v1.RenewReply\x12\x43\n\x07Release\x12\x1c.gpuremote.v1.ReleaseRequest\x1a\x1a.gpuremote.v1.ReleaseReply\x12@\n\x06Status\x12\x1b.gpuremote.v1.StatusRequest\x1a\x19.gpuremote.v1.StatusReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17gpuremote/v1/pool.proto\x12\x0cgpuremote.v1\"\xb2\x01\n\nPoolDevice\x12\r\n\x05index\x18\x01 \x01(\r\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x14\n\x0cmemory_total\x18\x03 \x01(\x04\x12\x13\n\x0bmemory_used\x18\x04 \x01(\x04\x12\x13\n\x0butilization\x18\x05 \x01(\x01\x12\x1a\n\x12\x63ompute_capability\x18\x06 \x01(\t\x12+\n\x08sessions\x18\x07 \x03(\x0b\x32\x19.gpuremote.v1.PoolSession\"l\n\x0bPoolSession\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x10\n\x08lease_id\x18\x02 \x01(\t\x12\x13\n\x0b\x63lient_name\x18\x03 \x01(\t\x12\x13\n\x0bmemory_used\x18\x04 \x01(\x04\x12\r\n\x05\x61ge_s\x18\x05 \x01(\x01\"\x83\x01\n\x0fRegisterRequest\x12\x0f\n\x07host_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x0f\n\x07\x62\x61\x63kend\x18\x03 \x01(\t\x12)\n\x07\x64\x65vices\x18\x04 \x03(\x0b\x32\x18.gpuremote.v1.PoolDevice\x12\x12\n\ntransports\x18\x05 \x03(\t\"7\n\rRegisterReply\x12\x11\n\tgrant_key\x18\x01 \x01(\x0c\x12\x13\n\x0bheartbeat_s\x18\x02 \x01(\x01\"N\n\x10HeartbeatRequest\x12\x0f\n\x07host_id\x18\x01 \x01(\t\x12)\n\x07\x64\x65vices\x18\x02 \x03(\x0b\x32\x18.gpuremote.v1.PoolDevice\"6\n\x0eHeartbeatReply\x12\r\n\x05known\x18\x01 \x01(\x08\x12\x15\n\ractive_leases\x18\x02 \x03(\t\"\x95\x01\n\x0f\x41llocateRequest\x12\r\n\x05\x63ount\x18\x01 \x01(\r\x12\x0f\n\x05whole\x18\x02 \x01(\x08H\x00\x12\x12\n\x08\x66raction\x18\x03 \x01(\x01H\x00\x12\x10\n\x06memory\x18\x04 \x01(\x04H\x00\x12\x0f\n\x07\x66ilters\x18\x05 \x03(\t\x12\x0e\n\x06wait_s\x18\x06 \x01(\x01\x12\x13\n\x0b\x63lient_name\x18\x07 \x01(\tB\x06\n\x04size\"\x9b\x01\n\x05Grant\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x0f\n\x07host_id\x18\x02 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\x12\x0e\n\x06\x64\x65vice\x18\x04 \x01(\r\x12\x14\n\x0cmemory_limit\x18\x05 \x01(\x04\x12\x15\n\rcompute_share\x18\x06 \x01(\x01\x12\x12\n\nexpires_at\x18\x07 \x01(\x01\x12\r\n\x05nonce\x18\x08 \x01(\x0c\"/\n\x0bSignedGrant\x12\r\n\x05grant\x18\x01 \x01(\x0c\x12\x11\n\tsignature\x18\x02 \x01(\x0c\"\x85\x01\n\rAllocateReply\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x12\n\nexpires_at\x18\x02 \x01(\x01\x12)\n\x06grants\x18\x03 \x03(\x0b\x32\x19.gpuremote.v1.SignedGrant\x12\r\n\x05ttl_s\x18\x04 \x01(\x01\x12\x14\n\x0clease_secret\x18\x05 \x01(\x0c\"6\n\x0cRenewRequest\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x14\n\x0clease_secret\x18\x02 \x01(\x0c\"K\n\nRenewReply\x12\x12\n\nexpires_at\x18\x01 \x01(\x01\x12)\n\x06grants\x18\x02 \x03(\x0b\x32\x19.gpuremote.v1.SignedGrant\"8\n\x0eReleaseRequest\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x14\n\x0clease_secret\x18\x02 \x01(\x0c\"\x0e\n\x0cReleaseReply\"$\n\x11\x44\x65registerRequest\x12\x0f\n\x07host_id\x18\x01 \x01(\t\" \n\x0f\x44\x65registerReply\x12\r\n\x05known\x18\x01 \x01(\x08\"\x0f\n\rStatusRequest\"\xa0\x01\n\x08PoolHost\x12\x0f\n\x07host_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x0f\n\x07\x62\x61\x63kend\x18\x03 \x01(\t\x12\x13\n\x0blast_seen_s\x18\x04 \x01(\x01\x12)\n\x07\x64\x65vices\x18\x05 \x03(\x0b\x32\x18.gpuremote.v1.PoolDevice\x12\x12\n\ntransports\x18\x06 \x03(\t\x12\r\n\x05stale\x18\x07 \x01(\x08\"|\n\tPoolLease\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x13\n\x0b\x63lient_name\x18\x02 \x01(\t\x12\x14\n\x0c\x65xpires_in_s\x18\x03 \x01(\x01\x12\r\n\x05\x61ge_s\x18\x04 \x01(\x01\x12#\n\x06grants\x18\x05 \x03(\x0b\x32\x13.gpuremote.v1.Grant\"n\n\x0bStatusReply\x12%\n\x05hosts\x18\x01 \x03(\x0b\x32\x16.gpuremote.v1.PoolHost\x12\'\n\x06leases\x18\x02 \x03(\x0b\x32\x17.gpuremote.v1.PoolLease\x12\x0f\n\x07waiting\x18\x03 \x01(\r2\xf5\x03\n\x04Pool\x12\x46\n\x08Register\x12\x1d.gpuremote.v1.RegisterRequest\x1a\x1b.gpuremote.v1.RegisterReply\x12I\n\tHeartbeat\x12\x1e.gpuremote.v1.HeartbeatRequest\x1a\x1c.gpuremote.v1.HeartbeatReply\x12\x46\n\x08\x41llocate\x12\x1d.gpuremote.v1.AllocateRequest\x1a\x1b.gpuremote.v1.AllocateReply\x12=\n\x05Renew\x12\x1a.gpuremote.v1.RenewRequest\x1a\x18.gpuremote.v1.RenewReply\x12\x43\n\x07Release\x12\x1c.gpuremote.v1.ReleaseRequest\x1a\x1a.gpuremote.v1.ReleaseReply\x12@\n\x06Status\x12\x1b.gpuremote.v1.StatusRequest\x1a\x19.gpuremote.v1.StatusReply\x12L\n\nDeregister\x12\x1f.gpuremote.v1.DeregisterRequest\x1a\x1d.gpuremote.v1.DeregisterReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -49,24 +49,28 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_GRANT']._serialized_end=967
   _globals['_SIGNEDGRANT']._serialized_start=969
   _globals['_SIGNEDGRANT']._serialized_end=1016
-  _globals['_ALLOCATEREPLY']._serialized_start=1018
-  _globals['_ALLOCATEREPLY']._serialized_end=1129
-  _globals['_RENEWREQUEST']._serialized_start=1131
-  _globals['_RENEWREQUEST']._serialized_end=1163
-  _globals['_RENEWREPLY']._serialized_start=1165
-  _globals['_RENEWREPLY']._serialized_end=1240
-  _globals['_RELEASEREQUEST']._serialized_start=1242
-  _globals['_RELEASEREQUEST']._serialized_end=1276
-  _globals['_RELEASEREPLY']._serialized_start=1278
-  _globals['_RELEASEREPLY']._serialized_end=1292
-  _globals['_STATUSREQUEST']._serialized_start=1294
-  _globals['_STATUSREQUEST']._serialized_end=1309
-  _globals['_POOLHOST']._serialized_start=1312
-  _globals['_POOLHOST']._serialized_end=1472
-  _globals['_POOLLEASE']._serialized_start=1474
-  _globals['_POOLLEASE']._serialized_end=1598
-  _globals['_STATUSREPLY']._serialized_start=1600
-  _globals['_STATUSREPLY']._serialized_end=1710
-  _globals['_POOL']._serialized_start=1713
-  _globals['_POOL']._serialized_end=2136
+  _globals['_ALLOCATEREPLY']._serialized_start=1019
+  _globals['_ALLOCATEREPLY']._serialized_end=1152
+  _globals['_RENEWREQUEST']._serialized_start=1154
+  _globals['_RENEWREQUEST']._serialized_end=1208
+  _globals['_RENEWREPLY']._serialized_start=1210
+  _globals['_RENEWREPLY']._serialized_end=1285
+  _globals['_RELEASEREQUEST']._serialized_start=1287
+  _globals['_RELEASEREQUEST']._serialized_end=1343
+  _globals['_RELEASEREPLY']._serialized_start=1345
+  _globals['_RELEASEREPLY']._serialized_end=1359
+  _globals['_DEREGISTERREQUEST']._serialized_start=1361
+  _globals['_DEREGISTERREQUEST']._serialized_end=1397
+  _globals['_DEREGISTERREPLY']._serialized_start=1399
+  _globals['_DEREGISTERREPLY']._serialized_end=1431
+  _globals['_STATUSREQUEST']._serialized_start=1433
+  _globals['_STATUSREQUEST']._serialized_end=1448
+  _globals['_POOLHOST']._serialized_start=1451
+  _globals['_POOLHOST']._serialized_end=1611
+  _globals['_POOLLEASE']._serialized_start=1613
+  _globals['_POOLLEASE']._serialized_end=1737
+  _globals['_STATUSREPLY']._serialized_start=1739
+  _globals['_STATUSREPLY']._serialized_end=1849
+  _globals['_POOL']._serialized_start=1852
+  _globals['_POOL']._serialized_end=2353
 # @@protoc_insertion_point(module_scope)

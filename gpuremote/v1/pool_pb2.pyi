@@ -123,22 +123,26 @@ class SignedGrant(_message.Message):
     def __init__(self, grant: _Optional[bytes] = ..., signature: _Optional[bytes] = ...) -> None: ...
 
 class AllocateReply(_message.Message):
-    __slots__ = ("lease_id", "expires_at", "grants", "ttl_s")
+    __slots__ = ("lease_id", "expires_at", "grants", "ttl_s", "lease_secret")
     LEASE_ID_FIELD_NUMBER: _ClassVar[int]
     EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
     GRANTS_FIELD_NUMBER: _ClassVar[int]
     TTL_S_FIELD_NUMBER: _ClassVar[int]
+    LEASE_SECRET_FIELD_NUMBER: _ClassVar[int]
     lease_id: str
     expires_at: float
     grants: _containers.RepeatedCompositeFieldContainer[SignedGrant]
     ttl_s: float
-    def __init__(self, lease_id: _Optional[str] = ..., expires_at: _Optional[float] = ..., grants: _Optional[_Iterable[_Union[SignedGrant, _Mapping]]] = ..., ttl_s: _Optional[float] = ...) -> None: ...
+    lease_secret: bytes
+    def __init__(self, lease_id: _Optional[str] = ..., expires_at: _Optional[float] = ..., grants: _Optional[_Iterable[_Union[SignedGrant, _Mapping]]] = ..., ttl_s: _Optional[float] = ..., lease_secret: _Optional[bytes] = ...) -> None: ...
 
 class RenewRequest(_message.Message):
-    __slots__ = ("lease_id",)
+    __slots__ = ("lease_id", "lease_secret")
     LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    LEASE_SECRET_FIELD_NUMBER: _ClassVar[int]
     lease_id: str
-    def __init__(self, lease_id: _Optional[str] = ...) -> None: ...
+    lease_secret: bytes
+    def __init__(self, lease_id: _Optional[str] = ..., lease_secret: _Optional[bytes] = ...) -> None: ...
 
 class RenewReply(_message.Message):
     __slots__ = ("expires_at", "grants")
@@ -149,14 +153,28 @@ class RenewReply(_message.Message):
     def __init__(self, expires_at: _Optional[float] = ..., grants: _Optional[_Iterable[_Union[SignedGrant, _Mapping]]] = ...) -> None: ...
 
 class ReleaseRequest(_message.Message):
-    __slots__ = ("lease_id",)
+    __slots__ = ("lease_id", "lease_secret")
     LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    LEASE_SECRET_FIELD_NUMBER: _ClassVar[int]
     lease_id: str
-    def __init__(self, lease_id: _Optional[str] = ...) -> None: ...
+    lease_secret: bytes
+    def __init__(self, lease_id: _Optional[str] = ..., lease_secret: _Optional[bytes] = ...) -> None: ...
 
 class ReleaseReply(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class DeregisterRequest(_message.Message):
+    __slots__ = ("host_id",)
+    HOST_ID_FIELD_NUMBER: _ClassVar[int]
+    host_id: str
+    def __init__(self, host_id: _Optional[str] = ...) -> None: ...
+
+class DeregisterReply(_message.Message):
+    __slots__ = ("known",)
+    KNOWN_FIELD_NUMBER: _ClassVar[int]
+    known: bool
+    def __init__(self, known: _Optional[bool] = ...) -> None: ...
 
 class StatusRequest(_message.Message):
     __slots__ = ()

@@ -64,6 +64,11 @@ class PoolStub:
                 request_serializer=gpuremote_dot_v1_dot_pool__pb2.StatusRequest.SerializeToString,
                 response_deserializer=gpuremote_dot_v1_dot_pool__pb2.StatusReply.FromString,
                 _registered_method=True)
+        self.Deregister = channel.unary_unary(
+                '/gpuremote.v1.Pool/Deregister',
+                request_serializer=gpuremote_dot_v1_dot_pool__pb2.DeregisterRequest.SerializeToString,
+                response_deserializer=gpuremote_dot_v1_dot_pool__pb2.DeregisterReply.FromString,
+                _registered_method=True)
 
 
 class PoolServicer:
@@ -91,14 +96,14 @@ class PoolServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Renew(self, request, context):
-        """The lease holder extends its lease by the pool's TTL.
+        """The lease holder (proving it with the lease secret) extends its lease by the pool's TTL.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def Release(self, request, context):
-        """The lease holder gives the devices back.
+        """The lease holder (proving it with the lease secret) gives the devices back.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -106,6 +111,14 @@ class PoolServicer:
 
     def Status(self, request, context):
         """Hosts, devices, leases and sessions, for `gpuremote smi`.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Deregister(self, request, context):
+        """A daemon that shuts down leaves the pool: no new placements go to it; leases with grants on
+        it are kept until released or expired (their sessions end with the daemon).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -143,6 +156,11 @@ def add_PoolServicer_to_server(servicer, server):
                     servicer.Status,
                     request_deserializer=gpuremote_dot_v1_dot_pool__pb2.StatusRequest.FromString,
                     response_serializer=gpuremote_dot_v1_dot_pool__pb2.StatusReply.SerializeToString,
+            ),
+            'Deregister': grpc.unary_unary_rpc_method_handler(
+                    servicer.Deregister,
+                    request_deserializer=gpuremote_dot_v1_dot_pool__pb2.DeregisterRequest.FromString,
+                    response_serializer=gpuremote_dot_v1_dot_pool__pb2.DeregisterReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -307,6 +325,33 @@ class Pool:
             '/gpuremote.v1.Pool/Status',
             gpuremote_dot_v1_dot_pool__pb2.StatusRequest.SerializeToString,
             gpuremote_dot_v1_dot_pool__pb2.StatusReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Deregister(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gpuremote.v1.Pool/Deregister',
+            gpuremote_dot_v1_dot_pool__pb2.DeregisterRequest.SerializeToString,
+            gpuremote_dot_v1_dot_pool__pb2.DeregisterReply.FromString,
             options,
             channel_credentials,
             insecure,
