@@ -1914,3 +1914,20 @@ def test_no_implicit_conversion_to_numpy(cp, convert):
     d = cp.arange(3, dtype=np.float64)
     with pytest.raises(TypeError):
         convert(d)
+
+
+def test_metadata_cache_tells_equal_values_of_different_types_apart(cp):
+    """The client caches derived metadata per call signature (gpuremote/cupy/_core.py): 1, 1.0,
+    True, numpy.float32(1) and (2,) vs [2] must not share an entry where NumPy tells them apart."""
+    for _ in range(2):          # the second round is served from the cache
+        assert cp.full((2,), 1).dtype == numpy.full((2,), 1).dtype
+        assert cp.full((2,), 1.0).dtype == numpy.float64
+        assert cp.full((2,), True).dtype == numpy.bool_
+        assert cp.full((2,), numpy.float32(1)).dtype == numpy.float32
+        assert cp.full((2,), 1j).dtype == numpy.complex128
+        a = cp.arange(6).reshape(2, 3)
+        assert a.sum(axis=0).shape == (3,) and a.sum(axis=1).shape == (2,)
+        assert a.sum(axis=(0, 1)).shape == () and a.sum(axis=0, keepdims=True).shape == (1, 3)
+        assert a[0:1].shape == (1, 3) and a[0:1, 1:].shape == (1, 2) and a[None].shape == (1, 2, 3)
+        assert cp.zeros([2, 3], dtype=numpy.float32).dtype == numpy.float32
+        assert cp.zeros((2, 3), dtype="int8").dtype == numpy.int8

@@ -124,12 +124,21 @@ def set_current_device(index: int) -> None:
     _local.device = index
 
 
+# Whether any thread ever chose a stream: until then every op is on the null stream, and the
+# hot path skips the thread-local lookup.
+_streams_used = False
+
+
 def current_stream_id(index: int) -> int:
+    if not _streams_used:
+        return 0
     streams = getattr(_local, "streams", None)
     return streams.get(index, 0) if streams else 0
 
 
 def set_current_stream(index: int, stream_id: int) -> None:
+    global _streams_used
+    _streams_used = True
     if not hasattr(_local, "streams"):
         _local.streams = {}
     _local.streams[index] = stream_id

@@ -22,12 +22,23 @@ from gpuremote.wire.codec import check_dtype
 _INLINE = None  # set lazily from DEFAULTS to keep import light
 
 
+_OWN_CODE: dict = {}    # code object -> whether it is gpuremote's own (skipped when naming the site)
+
+
 def site() -> str:
     """'file:line' of the application code that called into gpuremote."""
     f = sys._getframe(2)
-    while f is not None and f.f_globals.get("__name__", "").startswith("gpuremote."):
+    while f is not None:
+        code = f.f_code
+        own = _OWN_CODE.get(code)
+        if own is None:
+            if len(_OWN_CODE) > 65536:
+                _OWN_CODE.clear()
+            own = _OWN_CODE[code] = f.f_globals.get("__name__", "").startswith("gpuremote.")
+        if not own:
+            return f"{code.co_filename}:{f.f_lineno}"
         f = f.f_back
-    return f"{f.f_code.co_filename}:{f.f_lineno}" if f is not None else ""
+    return ""
 
 
 def meta_of(obj: Any):
@@ -108,6 +119,51 @@ def elementwise_fast(name: str, entry: Entry, args: tuple):
     return ndarray._wrap(session, handle, p._gr_remote, index, metas[0])
 
 
+# Metadata derived for a call signature: a training loop makes the same calls on the same shapes
+# every step, and a dict lookup costs far less than running the metadata rule again.
+_DERIVED: dict[tuple, list] = {}
+# Rules not worth a signature: no results, or derivation already as cheap as the key.
+_UNCACHED_RULES = frozenset({"none", "self", "value"})
+_PLAIN = frozenset({int, float, bool, complex, str, type(None), type(Ellipsis)})
+
+
+def _sig(a: Any, depth: int = 0):
+    """What derivation reads of one argument, hashable and typed (1, 1.0 and True differ);
+    None when it cannot be captured (host arrays, unknown metadata, other objects)."""
+    t = type(a)
+    if t is ndarray:
+        return None if a._shape is None else (a._shape, a._dtype)
+    if t in _PLAIN:
+        return (t, a)
+    if t is tuple or t is list:
+        if depth > 2 or len(a) > 16:
+            return None
+        items = tuple(_sig(x, depth + 1) for x in a)
+        return None if None in items else (t, items)
+    if t is slice:
+        items = (_sig(a.start, 1), _sig(a.stop, 1), _sig(a.step, 1))
+        return None if None in items else (t, items)
+    if t is numpy.dtype or (t is type and issubclass(a, numpy.generic)) or isinstance(a, numpy.generic):
+        return (t, a)
+    return None
+
+
+def _signature(name: str, args: tuple, kwargs: dict) -> tuple | None:
+    key = [name]
+    for a in args:
+        s = _sig(a)
+        if s is None:
+            return None
+        key.append(s)
+    for k, v in kwargs.items():
+        s = _sig(v)
+        if s is None:
+            return None
+        key.append(k)
+        key.append(s)
+    return tuple(key)
+
+
 def forward(name: str, args: tuple, kwargs: dict, entry: Entry | None = None) -> Any:
     """Run surface call `name` on the device: queued, results returned as proxies at once."""
     if entry is None:
@@ -124,7 +180,14 @@ def forward(name: str, args: tuple, kwargs: dict, entry: Entry | None = None) ->
     rule = entry.rule
     if rule == "value":
         return session.call_value(name, args, kwargs, remote, stream, where)
-    metas = derive(entry, args, kwargs, meta_of)
+    key = _signature(name, args, kwargs) if rule not in _UNCACHED_RULES else None
+    metas = _DERIVED.get(key) if key is not None else None
+    if metas is None:
+        metas = derive(entry, args, kwargs, meta_of)
+        if key is not None and metas is not None:
+            if len(_DERIVED) >= 8192:
+                _DERIVED.clear()
+            _DERIVED[key] = metas
     out = kwargs.get("out")
     if rule in ("none", "self") or out is not None:
         session.call(name, args, kwargs, (), remote, stream, where)
