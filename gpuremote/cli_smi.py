@@ -4,7 +4,7 @@ The picture comes from the pool's Status (what each daemon last reported in its 
 most a heartbeat old, plus the pool's leases) or from one daemon's Info (live). `--json` prints
 a stable document (keys below; new keys may be added, none renamed or removed):
 
-    {"hosts": [{"host_id", "address", "backend", "stale",
+    {"hosts": [{"host_id", "address", "backend", "stale", "draining_s" (seconds left of a shutdown, or null),
                 "devices": [{"index", "name", "memory_total", "memory_used", "utilization",
                              "sessions": [{"session_id", "lease_id", "client", "memory_used", "age_s"}]}]}],
      "leases": [{"lease_id", "client", "age_s", "expires_in_s",
@@ -61,7 +61,7 @@ def pool_document(status) -> dict:
                                     "memory_used": s.memory_used, "age_s": round(s.age_s, 1)} for s in d.sessions])
                    for d in h.devices]
         hosts.append({"host_id": h.host_id, "address": h.address, "backend": h.backend, "stale": h.stale,
-                      "devices": devices})
+                      "draining_s": None, "devices": devices})     # a draining daemon has left its pool
     leases = [{"lease_id": lease.lease_id, "client": lease.client_name, "age_s": round(lease.age_s, 1),
                "expires_in_s": round(lease.expires_in_s, 1),
                "grants": [{"host_id": g.host_id, "address": g.address, "device": g.device,
@@ -80,8 +80,9 @@ def daemon_document(address: str, info) -> dict:
                     for s in info.sessions
                     if shown_on(d.index, s.devices or [x.index for x in info.devices], s.lease_id, s.memory_used)]
         devices.append(_device_doc(d, sessions))
+    draining = round(info.drain_remaining_s, 1) if info.draining else None
     return {"hosts": [{"host_id": address, "address": address, "backend": info.backend, "stale": False,
-                       "devices": devices}], "leases": [], "waiting": 0}
+                       "draining_s": draining, "devices": devices}], "leases": [], "waiting": 0}
 
 
 class Source:
@@ -141,6 +142,8 @@ def render(doc: dict, title: str):
             f"{h['address']} ({h['backend']})"
         if h["stale"]:
             host += "\n[red]stale[/red]"
+        if h.get("draining_s") is not None:
+            host += f"\n[yellow]shutting down, {h['draining_s']:.0f}s left[/yellow]"
         for d in h["devices"]:
             lines = []
             for s in d["sessions"]:

@@ -530,6 +530,10 @@ def test_sigterm_drains_open_sessions_then_ends_them_with_a_reason(procs, transp
     assert len(info.sessions) == 1 and 0 < info.drain_remaining_s <= 4
     with pytest.raises(DeviceLostError, match="shutting down and opens no new sessions"):
         Session(d.address, timeout=5)
+    smi = subprocess.run([sys.executable, "-m", "gpuremote.cli", "smi", "--daemon", d.address, "--json"],
+                         capture_output=True, text=True, timeout=30)
+    assert smi.returncode == 0, smi.stderr
+    assert 0 < json.loads(smi.stdout)["hosts"][0]["draining_s"] <= 4
     client.send()                                   # the open session still works, and is told
     assert client.expect("op")["value"] == 45
     deadline = time.monotonic() + 10
