@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterator
 import numpy
 
 from gpuremote._config import DEFAULTS
+from gpuremote.daemon import growth
 from gpuremote.daemon.admission import Tenancy
 from gpuremote.daemon.backends.base import Backend
 from gpuremote.errors import (LimitExceededError, ProtocolError, UnsupportedOperationError,
@@ -29,11 +30,6 @@ from gpuremote.transport import buffers, grpc_chunks
 from gpuremote.wire import pb
 from gpuremote.wire.codec import ARRAY_KINDS, checked_shape, decode, dtype_from_wire, encode, fill_array
 
-# Rules whose result size the daemon derives itself before running the op, so that no
-# request can make the host allocate past the device's capacity. Reductions, accumulations
-# and ravel are left out: their results are never larger than their inputs.
-_PRECHECK_RULES = frozenset({"elementwise", "matmul", "rmatmul", "dot", "astype", "like", "creation",
-                             "random"})
 _STRICT_META = os.environ.get("GPUREMOTE_STRICT_META") == "1"
 _DISPATCH: dict[str, str] = {}
 
@@ -345,13 +341,14 @@ class Session:
             raise ProtocolError(f"{call.name} returns no array, but the op names result handles")
         device = op.device
         with self.backend.activate(device, op.stream, self.streams):
-            if results and rule in _PRECHECK_RULES:
-                metas = derive(entry, args, kwargs, self._meta_of)
-                if metas:
-                    need = 0
-                    for shape, dt in metas:
-                        need += math.prod(shape) * dt.itemsize
-                    self.memory[device].check(need)
+            # Before anything is allocated: an upper bound of what the op allocates, against what
+            # the device (or the lease) has free. On the emulated backend that memory is the
+            # daemon's own, so one oversized result would take every session down (growth.py).
+            memory, whole = self.memory[device], self.backend.memory[device]   # a lease's check is both
+            room = min(memory.capacity - memory.used, whole.capacity - whole.used)
+            need = growth.bound(entry, args, kwargs, self._meta_of, room)
+            if need:
+                memory.check(need)
             result = self._invoke(entry, call.name, args, kwargs, op)
             if rule == "value":
                 return self._to_value(result)
