@@ -1,11 +1,14 @@
 """The training example locally (NumPy as CuPy, computed in the process) and under
 `gpuremote run` (emulated device, embedded daemon over loopback), side by side in one run.
 
-    python benchmarks/train_overhead.py [--repeats 3] [--epochs 20] [--json FILE]
+    python benchmarks/train_overhead.py [--repeats 3] [--epochs 20] [--sizes 64x128,256x1024] [--json FILE]
 
-Both sides run examples/train_mlp.py as a subprocess and report the time of its train()
-call (the example prints it), so start-up is excluded on both; runs alternate so that drift
-on a noisy machine hits both alike. Target: remote / local <= 1.25 at the example's defaults.
+Both sides run examples/train_mlp.py as a subprocess and report the time of its train() call
+(the example prints it; start-up and loading the dataset are excluded on both sides); runs
+alternate so that drift on a noisy machine hits both alike. Target: remote / local <= 1.25 at
+the example's defaults (batch 64, hidden 128). `--sizes BATCHxHIDDEN,...` adds larger models,
+to show how the ratio falls as each op does more work: gpuremote adds a roughly fixed cost per
+op, NumPy's own cost per op grows with the arrays.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from rich.table import Table
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 EXAMPLE = str(ROOT / "examples" / "train_mlp.py")
 TARGET = 1.25
+DEFAULT_SIZE = (64, 128)
 
 
 def timed(cmd: list[str]) -> tuple[float, str]:
@@ -37,39 +41,62 @@ def timed(cmd: list[str]) -> tuple[float, str]:
     return float(m.group(1)), done.stdout
 
 
+def sizes(text: str) -> list[tuple[int, int]]:
+    try:
+        out = [tuple(int(v) for v in part.lower().split("x")) for part in text.split(",") if part.strip()]
+    except ValueError:
+        out = []
+    if not out or any(len(s) != 2 or min(s) < 1 for s in out):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a list of BATCHxHIDDEN sizes, e.g. 64x128,256x1024")
+    return out
+
+
+def measure(size: tuple[int, int], args, stats_file: str) -> dict:
+    batch, hidden = size
+    extra = ["--epochs", str(args.epochs), "--batch", str(batch), "--hidden", str(hidden)]
+    local, remote = [], []
+    for _ in range(args.repeats):
+        t, out_local = timed([sys.executable, EXAMPLE, "--numpy", *extra])
+        local.append(t)
+        t, out_remote = timed([sys.executable, "-m", "gpuremote.cli", "run", "--stats-json", stats_file, "--",
+                               sys.executable, EXAMPLE, *extra])
+        remote.append(t)
+        if out_local != out_remote:
+            raise SystemExit(f"at batch {batch}, hidden {hidden} the remote run printed different results")
+    stats = json.loads(pathlib.Path(stats_file).read_text())
+    ratio = statistics.median(remote) / statistics.median(local)
+    return {"batch": batch, "hidden": hidden, "local_s": local, "remote_s": remote, "ratio": ratio,
+            "ops": stats["ops"], "stats": stats}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--epochs", type=int, default=20)
+    parser.add_argument("--sizes", type=sizes, default=[DEFAULT_SIZE],
+                        help="BATCHxHIDDEN,... (default: the example's 64x128)")
     parser.add_argument("--json", metavar="FILE")
     args = parser.parse_args()
-    extra = ["--epochs", str(args.epochs)]
-    local, remote, stats = [], [], {}
+    results = []
     with tempfile.TemporaryDirectory() as tmp:
-        stats_file = f"{tmp}/stats.json"
-        for i in range(args.repeats):
-            t, out_local = timed([sys.executable, EXAMPLE, "--numpy", *extra])
-            local.append(t)
-            t, out_remote = timed([sys.executable, "-m", "gpuremote.cli", "run", "--stats-json", stats_file, "--",
-                                   sys.executable, EXAMPLE, *extra])
-            remote.append(t)
-            if out_local != out_remote:
-                raise SystemExit("the remote run printed different results from the local run")
-            stats = json.loads(pathlib.Path(stats_file).read_text())
-    ratio = statistics.median(remote) / statistics.median(local)
-    table = Table(title="training example: local NumPy vs gpuremote run (emulated, loopback)")
-    for col in ("", "median s", "all runs s"):
-        table.add_column(col)
-    table.add_row("local (NumPy in process)", f"{statistics.median(local):.3f}", " ".join(f"{t:.3f}" for t in local))
-    table.add_row("gpuremote run", f"{statistics.median(remote):.3f}", " ".join(f"{t:.3f}" for t in remote))
-    table.add_row("remote / local", f"{ratio:.2f}x", f"target <= {TARGET}x: {'PASS' if ratio <= TARGET else 'FAIL'}")
+        for size in args.sizes:
+            results.append(measure(size, args, f"{tmp}/stats.json"))
+    table = Table(title="training example: local NumPy vs gpuremote run (emulated, loopback); train() only")
+    for col in ("batch x hidden", "local s (median)", "remote s (median)", "remote / local",
+                "local us/op", "remote us/op", "target"):
+        table.add_column(col, justify="right")
+    for r in results:
+        local, remote = statistics.median(r["local_s"]), statistics.median(r["remote_s"])
+        default = (r["batch"], r["hidden"]) == DEFAULT_SIZE
+        verdict = (f"<= {TARGET}x: {'PASS' if r['ratio'] <= TARGET else 'FAIL'}") if default else "-"
+        table.add_row(f"{r['batch']} x {r['hidden']}", f"{local:.3f}", f"{remote:.3f}", f"{r['ratio']:.2f}x",
+                      f"{local / r['ops'] * 1e6:.1f}", f"{remote / r['ops'] * 1e6:.1f}", verdict)
     console = Console()
     console.print(table)
     console.print("statistics of the last remote run: " + ", ".join(
-        f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v:,}" for k, v in stats.items()))
+        f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v:,}" for k, v in results[-1]["stats"].items()))
     if args.json:
-        pathlib.Path(args.json).write_text(json.dumps(
-            {"local_s": local, "remote_s": remote, "ratio": ratio, "target": TARGET, "stats": stats}, indent=2))
+        pathlib.Path(args.json).write_text(json.dumps({"target": TARGET, "results": results}, indent=2))
     return 0
 
 

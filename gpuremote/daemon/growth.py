@@ -61,6 +61,10 @@ def bound(entry: Entry, args: tuple, kwargs: dict, meta_of: Callable, room: int 
     NotImplementedError where nothing can be bounded (histogram with a string `bins`, as in CuPy).
     """
     rule = entry.rule
+    if rule == "elementwise" and room is not None and not kwargs:
+        cheap = _elementwise_cheap(args, entry.nout, meta_of)
+        if cheap is not None and cheap <= room:
+            return cheap
     if rule in _DERIVED:
         # (meta's creation rule probes NumPy when a top-level argument is an array)
         if rule != "creation" or all([meta_of(a) is NOT_ARRAY for a in (*args, *kwargs.values())]):
@@ -94,6 +98,23 @@ def bound(entry: Entry, args: tuple, kwargs: dict, meta_of: Callable, room: int 
         return 0
     raise UnsupportedOperationError(f"{name}: gpuremote/daemon/growth.py has no size bound for it, so the "
                                     "daemon does not run it")
+
+
+def _elementwise_cheap(args: tuple, nout: int, meta_of: Callable) -> int | None:
+    """A loose bound for the hot path: inputs of one shape (or scalars), at 32 bytes per element of
+    each result (the widest element, complex256). None when shapes differ (broadcasting)."""
+    shape = None
+    for a in args:
+        m = meta_of(a)
+        if m is NOT_ARRAY:
+            continue
+        if shape is None:
+            shape = m[0]
+        elif m[0] != shape:
+            return None
+    if shape is None:
+        return None
+    return math.prod(shape) * 32 * max(nout, 1)
 
 
 def known(entry: Entry) -> bool:

@@ -101,6 +101,9 @@ class Backend:
         raise NotImplementedError
 
     # -- execution context ----------------------------------------------------------------
+    # Whether `activate` does anything: where it does not, the hot path skips the context manager.
+    scoped = False
+
     def activate(self, device: int, stream: int, streams: dict) -> contextlib.AbstractContextManager:
         """Context in which an op of (device, stream) runs; `streams` is the session's stream table."""
         return contextlib.nullcontext()

@@ -31,6 +31,7 @@ class CupyRandom:
 
 class CupyBackend(Backend):
     kind = "cupy"
+    scoped = True       # activate() makes the op's device and stream current
 
     def __init__(self, devices: list[int] | None = None):
         import cupy
