@@ -564,6 +564,19 @@ def _value_args(entry: Entry, args: tuple, kwargs: dict, meta_of: MetaOf) -> Non
 
 _SCALARS = (int, float, bool, complex)
 _FAST_DTYPES: dict = {}
+_BROADCASTS: dict = {}
+
+
+def _broadcast(a: tuple, b: tuple) -> tuple:
+    """numpy.broadcast_shapes of two shapes, remembered (it costs microseconds; loops repeat shapes)."""
+    key = (a, b)
+    shape = _BROADCASTS.get(key)
+    if shape is None:
+        shape = numpy.broadcast_shapes(a, b)    # raises for incompatible shapes: never remembered
+        if len(_BROADCASTS) > 8192:
+            _BROADCASTS.clear()
+        _BROADCASTS[key] = shape
+    return shape
 
 
 def fast_elementwise(entry: Entry, args: tuple, meta_of: MetaOf):
@@ -588,7 +601,7 @@ def fast_elementwise(entry: Entry, args: tuple, meta_of: MetaOf):
         if shape is None or m[0] == shape:
             shape = m[0]
         else:
-            shape = numpy.broadcast_shapes(shape, m[0])
+            shape = _broadcast(shape, m[0])
     if shape is None:
         return None
     key = tuple(key)

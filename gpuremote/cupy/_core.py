@@ -23,6 +23,7 @@ _INLINE = None  # set lazily from DEFAULTS to keep import light
 
 
 _OWN_CODE: dict = {}    # code object -> whether it is gpuremote's own (skipped when naming the site)
+_SITES: dict = {}       # (code object, bytecode offset) -> "file:line"
 
 
 def site() -> str:
@@ -36,7 +37,14 @@ def site() -> str:
                 _OWN_CODE.clear()
             own = _OWN_CODE[code] = f.f_globals.get("__name__", "").startswith("gpuremote.")
         if not own:
-            return f"{code.co_filename}:{f.f_lineno}"
+            # f_lineno decodes the line table; the offset is at hand, and loops repeat their sites
+            key = (code, f.f_lasti)
+            where = _SITES.get(key)
+            if where is None:
+                if len(_SITES) > 65536:
+                    _SITES.clear()
+                where = _SITES[key] = f"{code.co_filename}:{f.f_lineno}"
+            return where
         f = f.f_back
     return ""
 
@@ -79,7 +87,10 @@ def _large_host_to_device(args: tuple, index: int) -> tuple:
     if _INLINE is None:
         from gpuremote._config import DEFAULTS
         _INLINE = DEFAULTS.inline_bytes
-    if not any(isinstance(a, numpy.ndarray) and a.nbytes > _INLINE for a in args):
+    for a in args:
+        if isinstance(a, numpy.ndarray) and a.nbytes > _INLINE:
+            break
+    else:
         return args
     return tuple(from_host(a, index) if isinstance(a, numpy.ndarray) and a.nbytes > _INLINE else a for a in args)
 
