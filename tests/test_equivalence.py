@@ -1931,3 +1931,12 @@ def test_metadata_cache_tells_equal_values_of_different_types_apart(cp):
         assert a[0:1].shape == (1, 3) and a[0:1, 1:].shape == (1, 2) and a[None].shape == (1, 2, 3)
         assert cp.zeros([2, 3], dtype=numpy.float32).dtype == numpy.float32
         assert cp.zeros((2, 3), dtype="int8").dtype == numpy.int8
+
+
+def test_in1d_which_numpy_2_4_removed(cp):
+    """cupy.in1d exists (CuPy keeps it); on the emulated device it is isin on the flattened input."""
+    a, b = numpy.arange(12).reshape(3, 4), numpy.array([1, 5, 7, 11])
+    got = cp.in1d(cp.asarray(a), cp.asarray(b))
+    numpy.testing.assert_array_equal(got.get(), numpy.isin(a.ravel(), b))
+    numpy.testing.assert_array_equal(cp.in1d(cp.asarray(a), cp.asarray(b), invert=True).get(),
+                                     numpy.isin(a.ravel(), b, invert=True))

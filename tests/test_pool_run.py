@@ -346,7 +346,8 @@ def test_smi_json_matches_what_the_daemons_report(cluster, procs, scripts):
     assert {h["host_id"]: h["address"] for h in doc["hosts"]} == expected
     assert sum(len(d["sessions"]) for h in doc["hosts"] for d in h["devices"]) == 2
     assert len(doc["leases"]) == 2 and doc["waiting"] == 0
-    assert set(doc["hosts"][0]) == {"host_id", "address", "backend", "stale", "devices"}
+    assert set(doc["hosts"][0]) == {"host_id", "address", "backend", "stale", "draining_s", "devices"}
+    assert doc["hosts"][0]["draining_s"] is None
     assert set(doc["hosts"][0]["devices"][0]) == {"index", "name", "memory_total", "memory_used", "utilization",
                                                   "sessions"}
     session = next(s for h in doc["hosts"] for d in h["devices"] for s in d["sessions"])

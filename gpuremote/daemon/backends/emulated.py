@@ -53,6 +53,11 @@ class EmulatedRandom:
         self._rs.shuffle(x)
 
 
+def _in1d(ar1, ar2, assume_unique=False, invert=False, *, kind=None):
+    """cupy.in1d: isin on the flattened first argument."""
+    return numpy.isin(numpy.ravel(ar1), ar2, assume_unique=assume_unique, invert=invert, kind=kind)
+
+
 class EmulatedBackend(Backend):
     kind = "emulated"
     xp = numpy
@@ -88,6 +93,8 @@ class EmulatedBackend(Backend):
         return numpy.empty(shape, dtype)
 
     def resolve(self, name):
+        if name == "in1d" and not hasattr(numpy, "in1d"):      # CuPy keeps it; NumPy 2.4 removed it
+            return _in1d
         return numpy_callable(name)
 
     def record_event(self, device, stream, streams):
