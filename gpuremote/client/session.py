@@ -30,10 +30,28 @@ from gpuremote.transport import buffers, grpc_chunks, host_id
 from gpuremote.transport.base import PeerEnded
 from gpuremote.transport.base import lost as link_lost
 from gpuremote.transport.grpc_channel import open_channel, translate
-from gpuremote.wire import pb
+from gpuremote.wire import pb, vpb
 from gpuremote.wire.codec import decode, dtype_from_wire, encode
 
 _CLOSE = None
+# NumPy scalar types, and the encoded Value of each NumPy scalar seen (bounded): loops pass the
+# same few (a learning rate, a batch size) thousands of times.
+_SCALAR_TYPES = frozenset(numpy.sctypeDict.values()) - {bool, int, float, complex, str, bytes, object,
+                                                        numpy.str_, numpy.bytes_, numpy.void, numpy.object_}
+_SCALARS: dict = {}
+
+
+def _scalar_bytes(a) -> bytes:
+    key = (type(a), a.tobytes())
+    data = _SCALARS.get(key)
+    if data is None:
+        v = vpb.Value()
+        encode(a, v, lambda obj: None)
+        data = v.SerializeToString()
+        if len(_SCALARS) > 4096:
+            _SCALARS.clear()
+        _SCALARS[key] = data
+    return data
 # Handles named by one Release op: keeps the op far below the message size limit.
 _RELEASES_PER_OP = 1 << 16
 
@@ -213,13 +231,17 @@ class Session:
                 v.float_value = a
             elif t is int and -(2**63) <= a < 2**63:
                 v.int_value = a
+            elif t in _SCALAR_TYPES:        # a NumPy scalar (a float32 learning rate): encoded once
+                v.MergeFromString(_scalar_bytes(a))
             else:
                 encode(a, v, handle_of)
                 simple = False
         for k, v in kwargs.items():
             c.kwarg_names.append(k)
             encode(v, c.kwarg_values.add(), handle_of)
-            simple = False
+            t = type(v)
+            if not (t is bool or t is int or t is float or v is None):     # small ones need no measuring
+                simple = False
         if results:
             c.results.extend(results)
         if not simple:

@@ -133,8 +133,8 @@ def elementwise_fast(name: str, entry: Entry, args: tuple):
 # Metadata derived for a call signature: a training loop makes the same calls on the same shapes
 # every step, and a dict lookup costs far less than running the metadata rule again.
 _DERIVED: dict[tuple, list] = {}
-# Rules not worth a signature: no results, or derivation already as cheap as the key.
-_UNCACHED_RULES = frozenset({"none", "self", "value"})
+# Rules not worth a signature: no results to describe.
+_UNCACHED_RULES = frozenset({"none", "value"})
 _PLAIN = frozenset({int, float, bool, complex, str, type(None), type(Ellipsis)})
 
 
