@@ -259,3 +259,30 @@ def test_daemon_gone_is_device_lost():
                     time.sleep(0.05)
     finally:
         d.stop()
+
+
+@pytest.mark.parametrize("transport", ["grpc", "tcp", "unix", "shm"])
+def test_get_into_out_lands_in_place(daemon, transport, monkeypatch):
+    """x.get(out=a) with a C-contiguous array of the right shape and dtype receives the bytes straight
+    into `a` (no staging buffer is taken); any other `out` still gets the right values, by a copy."""
+    import gpuremote.cupyx as cx
+    from gpuremote.client import session as client_session
+    staged = []
+    take = client_session.buffers.take
+    monkeypatch.setattr(client_session.buffers, "take", lambda n: staged.append(n) or take(n))
+    host = np.random.default_rng(3).standard_normal((600, 700)).astype(np.float32)    # chunked, not inline
+    with connected(daemon.address, transport) as (cp, session):
+        assert session.transport == {"tcp": "socket", "unix": "socket"}.get(transport, transport)
+        dev = cp.asarray(host)
+        for out in (np.empty_like(host), cx.empty_pinned(host.shape, host.dtype)):
+            assert dev.get(out=out) is out
+            np.testing.assert_array_equal(out, host)
+        assert host.nbytes not in staged
+        assert dev.get().nbytes == host.nbytes and host.nbytes in staged      # without out: staged
+        fortran = np.empty(host.shape, host.dtype, order="F")
+        assert dev.get(out=fortran) is fortran
+        np.testing.assert_array_equal(fortran, host)
+        wider = np.empty(host.shape, np.float64)
+        np.testing.assert_array_equal(dev.get(out=wider), host.astype(np.float64))
+        with pytest.raises(ValueError, match="shape"):
+            dev.get(out=np.empty((600, 701), np.float32))

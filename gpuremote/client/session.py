@@ -339,10 +339,13 @@ class Session:
             self._flush()
 
     # -- sync points --------------------------------------------------------------------
-    def request(self, fill: Callable[[pb.Op], None], device: int = 0, stream: int = 0, site: str = "") -> Any:
+    def request(self, fill: Callable[[pb.Op], None], device: int = 0, stream: int = 0, site: str = "",
+                into: numpy.ndarray | None = None) -> Any:
         """Send queued ops plus one op that wants a reply, wait, and return the reply's result.
 
-        The result is a Python value, a host array (fetch) or (shape, dtype) (describe).
+        The result is a Python value, a host array (fetch) or (shape, dtype) (describe). A chunked
+        fetch lands straight in `into` when that is a C-contiguous, writeable array of the fetched
+        shape and dtype (then the result is `into` itself), else in a pooled buffer.
         """
         with self._lock:
             op = self._new_op(device, stream, site)
@@ -359,7 +362,7 @@ class Session:
                 reply = self._next().reply
                 if reply.seq != seq:
                     raise ProtocolError(f"reply for op {reply.seq} arrived while waiting for op {seq}")
-                result = self._result(reply)
+                result = self._result(reply, into)
             finally:
                 STATS.round_trips += 1
                 STATS.blocked_s += time.perf_counter() - start
@@ -374,7 +377,7 @@ class Session:
             self._noticed = True
             print(f"gpuremote: {text} (daemon {self.address})", file=sys.stderr, flush=True)
 
-    def _result(self, reply: pb.Reply) -> Any:
+    def _result(self, reply: pb.Reply, into: numpy.ndarray | None = None) -> Any:
         outcome = reply.WhichOneof("outcome")
         if outcome == "value":
             value = decode(reply.value, _no_handles)
@@ -388,23 +391,29 @@ class Session:
         if outcome == "meta":
             return tuple(reply.meta.shape), dtype_from_wire(reply.meta.dtype)
         if outcome == "chunked":
-            return self._receive_chunks(reply)
+            return self._receive_chunks(reply, into)
         return None
 
-    def _receive_chunks(self, reply: pb.Reply) -> numpy.ndarray:
+    @staticmethod
+    def _landing(into: numpy.ndarray | None, shape: tuple, dtype: numpy.dtype) -> tuple[numpy.ndarray, numpy.ndarray]:
+        """(bytes a fetch is received into, the array they make): the caller's array when it can
+        take them as they come (no copy afterwards), else a page-aligned, reused buffer."""
+        if (into is not None and into.shape == shape and into.dtype == dtype and into.flags.c_contiguous
+                and into.flags.writeable):
+            return into.reshape(-1).view(numpy.uint8), into
+        flat = buffers.take(math.prod(shape) * dtype.itemsize)
+        return flat, flat.view(dtype).reshape(shape)
+
+    def _receive_chunks(self, reply: pb.Reply, into: numpy.ndarray | None = None) -> numpy.ndarray:
         meta = reply.chunked.meta
-        dtype = dtype_from_wire(meta.dtype)
-        if self._link is not None:   # into a page-aligned, reused buffer, straight from the link
-            shape = tuple(meta.shape)
-            flat = buffers.take(math.prod(shape) * dtype.itemsize)
+        flat, out = self._landing(into, tuple(meta.shape), dtype_from_wire(meta.dtype))
+        if self._link is not None:   # straight from the link
             try:
                 self._link.receive_fetch(reply.chunked.chunks, flat)
             except (OSError, EOFError, ProtocolError, LimitExceededError) as exc:
                 raise self._link_lost(exc) from None
             STATS.bytes_d2h += flat.nbytes
-            return flat.view(dtype).reshape(shape)
-        flat = buffers.take(math.prod(meta.shape) * dtype.itemsize)   # page-aligned, reused
-        out = flat.view(dtype).reshape(tuple(meta.shape))
+            return out
         offset = 0
         for _ in range(reply.chunked.chunks):
             chunk = self._next().chunk

@@ -347,10 +347,13 @@ class ndarray:
 
         def fill(op):
             op.fetch.handle = handle
-        host = self._gr_session.request(fill, self._gr_remote, _stream_id(stream, self._gr_device), site())
+        host = self._gr_session.request(fill, self._gr_remote, _stream_id(stream, self._gr_device), site(),
+                                        into=out if isinstance(out, numpy.ndarray) else None)
         if self._shape is None:
             self._shape, self._dtype = host.shape, host.dtype
         if out is not None:
+            if host is out:         # the fetch landed in it: no copy
+                return out
             if out.shape != host.shape:
                 raise ValueError(f"out has shape {out.shape}, the array has shape {host.shape}")
             numpy.copyto(out, host)
