@@ -32,6 +32,10 @@ NOT_ARRAY = object()
 PROBE_ELEMENTS = 4096
 # Integer index arrays up to this many elements are gathered by NumPy to find a result's shape.
 INDEX_PROBE_ELEMENTS = 1 << 16
+# A probe whose result could pass this many elements is not run (the metadata is fetched when
+# needed): small inputs with large value arguments (tile reps, pad widths, n) or broadcast index
+# arrays would make the client build a result the daemon may well refuse.
+PROBE_RESULT_ELEMENTS = 1 << 22
 _INTP_MAX = numpy.iinfo(numpy.intp).max
 
 _FLOAT64 = numpy.dtype(numpy.float64)
@@ -314,6 +318,9 @@ def _view(entry, args, kwargs, meta_of):
     base = _substitute(args[0], virtual, meta_of)
     if entry.attr == "__getitem__":
         key = _substitute(args[1], _index_stand_in(meta_of), meta_of)
+        indices = [k.shape for k in (key if type(key) is tuple else (key,)) if isinstance(k, numpy.ndarray)]
+        if indices and math.prod(numpy.broadcast_shapes(*indices)) > PROBE_RESULT_ELEMENTS:
+            raise Unknown       # the gather would build the whole (broadcast) result here
         result = base[key]
     else:
         rest = _substitute(args[1:], virtual, meta_of)
@@ -499,10 +506,33 @@ def _probe(entry, args, kwargs, meta_of):
     pkw = {k: _substitute(v, small, meta_of) for k, v in kwargs.items()}
     if not seen:
         raise Unknown  # no array input: running NumPy would build the whole result on the client
+    # A crude bound of the result: the inputs' sizes times every integer argument.
+    scale = 1
+    for m in seen:
+        scale *= max(1, math.prod(m[0]))
+    for n in _integers((args, kwargs)):
+        scale *= max(1, abs(n))
+    if scale > PROBE_RESULT_ELEMENTS:
+        raise Unknown
     try:
         return _metas(_quiet(_call, entry, pargs, pkw))
     except (numpy.linalg.LinAlgError, FloatingPointError, ZeroDivisionError):
         raise Unknown  # zeros are not the real data; let the daemon decide
+
+
+def _integers(obj, depth: int = 0):
+    """The Python and NumPy integers in a value argument (nested tuples, lists, dicts, small arrays)."""
+    t = type(obj)
+    if t is int or isinstance(obj, numpy.integer):
+        yield int(obj)
+    elif t in (tuple, list) and depth < 4:
+        for x in obj:
+            yield from _integers(x, depth + 1)
+    elif t is dict and depth < 4:
+        for x in obj.values():
+            yield from _integers(x, depth + 1)
+    elif isinstance(obj, numpy.ndarray) and obj.dtype.kind in "iu" and obj.size <= PROBE_ELEMENTS:
+        yield from (int(x) for x in obj.ravel())
 
 
 def _inplace(entry, args, kwargs, meta_of):

@@ -277,13 +277,14 @@ def cp(small):
     gpuremote.disconnect()
 
 
-def peak_rss(d: DaemonProcess, reset: bool = False) -> int:
-    """The daemon's peak RSS (VmHWM); `reset` first lowers it to the current RSS, so that each case
-    is measured alone (a high-water mark left by one case would hide the next)."""
+def peak_rss(d: DaemonProcess | None, reset: bool = False) -> int:
+    """The daemon's peak RSS (VmHWM; this process's for None); `reset` first lowers it to the current
+    RSS, so that each case is measured alone (a high-water mark left by one case would hide the next)."""
+    pid = "self" if d is None else d.proc.pid
     if reset:
-        with open(f"/proc/{d.proc.pid}/clear_refs", "w") as f:
+        with open(f"/proc/{pid}/clear_refs", "w") as f:
             f.write("5")
-    with open(f"/proc/{d.proc.pid}/status") as f:
+    with open(f"/proc/{pid}/status") as f:
         for line in f:
             if line.startswith("VmHWM:"):
                 return int(line.split()[1]) * 1024
@@ -371,3 +372,24 @@ def test_what_fits_still_runs(small, cp):
     big = cp.ones(int(math.sqrt(2**20)))                            # 8 MiB outer product of 64 MiB
     assert cp.outer(big, big).shape == (1024, 1024)
     assert float(cp.broadcast_to(cp.ones(1), (2**20,)).std()) == 0.0
+
+
+# Tiny inputs with expanding value arguments: the client derives metadata by running NumPy on
+# stand-ins of small inputs, which must not build these results on the client either.
+CLIENT_SIDE = {
+    "tile-huge": lambda cp: cp.tile(cp.ones(3), (10**6, 10**6)),
+    "tile-big": lambda cp: cp.tile(cp.ones(3), G),
+    "pad-big": lambda cp: cp.pad(cp.ones(3), G),
+    "repeat-big": lambda cp: cp.repeat(cp.ones(4), G),
+    "getitem-broadcast": lambda cp: cp.ones((4, 4))[cp.arange(2**16)[:, None] % 4, cp.arange(2**16)[None, :] % 4],
+}
+
+
+@on_emulated
+@pytest.mark.parametrize("case", list(CLIENT_SIDE))
+def test_client_does_not_build_what_it_probes(small, cp, case):
+    peak = peak_rss(None, reset=True)
+    with pytest.raises(cp.cuda.memory.OutOfMemoryError, match="Out of memory allocating"):
+        CLIENT_SIDE[case](cp).shape                                   # noqa: B018 -- metadata from the daemon
+    assert peak_rss(None) - peak < 64 * 2**20, "the client built the result to learn its shape"
+    assert float(cp.ones(4).sum()) == 4.0
