@@ -4,6 +4,7 @@ mid-transfer."""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import mmap
 import os
@@ -159,17 +160,45 @@ def _attach_shm(opened, fds: list[int], slots=2, slot_bytes=1 << 16):
     return fs, pb.Attached.FromString(payload)
 
 
+@contextlib.contextmanager
+def _raw_session(d):
+    """(SessionOpened, memfd list) of a raw gRPC session on daemon `d` for hand-made frames; at the
+    end the memfds are closed, the session too, and the daemon must be back to what it held."""
+    baseline = _used(d)
+    channel, outbox, responses, opened = _raw_open(d.address)
+    fds: list[int] = []
+    try:
+        yield opened, fds
+    finally:
+        for fd in fds:
+            os.close(fd)
+        outbox.put(None)
+        channel.close()
+    settle(d.info, baseline)
+
+
+def _frames_until_closed(fs) -> list[tuple[int, bytes]]:
+    """(kind, payload) of every frame the daemon sends until it closes the connection."""
+    fs.sock.settimeout(10)
+    got = []
+    try:
+        while True:
+            kind, aux, length = fs.read_header()
+            got.append((kind, bytes(fs.read_payload(length)) if length else b""))
+    except (EOFError, OSError):
+        pass
+    fs.close()
+    return got
+
+
 @pytest.mark.parametrize("case", ["unsealed", "too_small", "two_fds", "no_fd"])
 def test_bad_ring_memfds_are_refused(daemon, case):
-    baseline = _used(daemon)
-    channel, outbox, responses, opened = _raw_open(daemon.address)
-    fds = []
-    try:
+    with _raw_session(daemon) as (opened, fds):
         assert "shm" in opened.data_plane.transports and opened.data_plane.unix_path
         need = 2 * 2 * (1 << 16)
-        fds = {"unsealed": [_memfd(need, False)], "too_small": [_memfd(need - 4096, True)],
-               "two_fds": [_memfd(need, True), _memfd(need, True)], "no_fd": []}[case]
-        fs, reply = _attach_shm(opened, fds)
+        fds += {"unsealed": [_memfd(need, False)], "too_small": [_memfd(need - 4096, True)],
+                "two_fds": [_memfd(need, True), _memfd(need, True)], "no_fd": []}[case]
+        fs, reply = _attach_shm(opened, list(fds))
         assert reply.error, case
         fs.close()
         # the token is still good: a proper ring attaches
@@ -178,20 +207,11 @@ def test_bad_ring_memfds_are_refused(daemon, case):
         fs, reply = _attach_shm(opened, [good])
         assert not reply.error and reply.transport == "shm"
         fs.close()
-    finally:
-        for fd in fds:
-            os.close(fd)
-        outbox.put(None)
-        channel.close()
-    settle(daemon.info, baseline)
 
 
 @pytest.mark.parametrize("case", ["unsealed_segment", "segment_out_of_range", "unknown_segment", "bad_slot"])
 def test_hostile_bulk_frames_end_the_session(daemon, case):
-    baseline = _used(daemon)
-    channel, outbox, responses, opened = _raw_open(daemon.address)
-    fds = []
-    try:
+    with _raw_session(daemon) as (opened, fds):
         ring = _memfd(4 << 16, True)
         fds.append(ring)
         fs, reply = _attach_shm(opened, [ring])
@@ -211,23 +231,8 @@ def test_hostile_bulk_frames_end_the_session(daemon, case):
             fs.send(frames.SLOT, 77, frames.U64.pack(10))
         else:
             fs.send(frames.SEGMENT, 9, frames.U64X2.pack(1 << 15 if case == "segment_out_of_range" else 0, 1 << 16))
-        fs.sock.settimeout(10)
-        kinds = []
-        try:
-            while True:
-                kind, aux, length = fs.read_header()
-                fs.skip(length)
-                kinds.append(kind)
-        except (EOFError, OSError):
-            pass
+        kinds = [kind for kind, _ in _frames_until_closed(fs)]
         assert frames.ERROR in kinds and frames.MSG not in kinds, kinds
-        fs.close()
-    finally:
-        for fd in fds:
-            os.close(fd)
-        outbox.put(None)
-        channel.close()
-    settle(daemon.info, baseline)
 
 
 @pytest.mark.parametrize("direction", ["upload", "fetch", "pinned"])
@@ -277,33 +282,14 @@ def test_pinned_buffers_past_the_segment_limits_are_copied_through_the_ring(tigh
 
 
 def test_registering_past_the_segment_limits_ends_the_session(tight_daemon):
-    baseline = _used(tight_daemon)
-    channel, outbox, responses, opened = _raw_open(tight_daemon.address)
-    fds = []
-    try:
+    with _raw_session(tight_daemon) as (opened, fds):
         fds.append(_memfd(4 << 16, True))
         fs, reply = _attach_shm(opened, [fds[0]])
         assert not reply.error
         for sid in range(3):
             fds.append(_memfd(1 << 16, True))
             fs.send(frames.REGISTER, sid, frames.U64.pack(1 << 16), fds=[fds[-1]])
-        fs.sock.settimeout(10)
-        text = b""
-        try:
-            while True:
-                kind, aux, length = fs.read_header()
-                payload = bytes(fs.read_payload(length)) if length else b""
-                if kind == frames.ERROR:
-                    text = payload
-        except (EOFError, OSError):
-            pass
-        assert b"past the limits of 2 segments" in text, text
-        fs.close()
-    finally:
-        for fd in fds:
-            os.close(fd)
-        outbox.put(None)
-        channel.close()
-    settle(tight_daemon.info, baseline)
+        errors = [payload for kind, payload in _frames_until_closed(fs) if kind == frames.ERROR]
+        assert any(b"past the limits of 2 segments" in e for e in errors), errors
     with connected(tight_daemon.address, "shm") as (cp, session):     # others are served as before
         assert int(cp.arange(10).sum()) == 45
