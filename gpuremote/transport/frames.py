@@ -60,10 +60,14 @@ class FrameSocket:
 
     def __init__(self, sock: socket.socket, read_bytes: int, with_fds: bool = False, spin_s: float | None = None):
         self.sock = sock
-        # Before blocking on an empty socket, poll it this long: the answer to a round trip usually
+        # Before blocking on an empty socket, poll it a while: the answer to a round trip usually
         # comes within tens of microseconds, while waking a thread that went to sleep costs about
-        # 100 us on small VMs (its vCPU halted; the sender pays for the wake-up too).
+        # 100 us on small VMs (its vCPU halted; the sender pays for the wake-up too). Adaptive, as
+        # spinning locks are: when the data came soon after a poll ran out, the next poll is longer
+        # (up to spin_s); when it came much later, shorter (down to 1/16), so an oversubscribed
+        # host, where every wait is long, soon stops burning CPU on polls.
         self.spin_s = DEFAULTS.spin_us / 1e6 if spin_s is None else spin_s
+        self._spin = self.spin_s
         self._buf = bytearray(max(read_bytes, 4096))
         self._view = memoryview(self._buf)
         self._start = 0          # buffered, unread bytes are _buf[_start:_end]
@@ -101,18 +105,23 @@ class FrameSocket:
 
     # -- receiving ---------------------------------------------------------------------------
     def _recv_into(self, view: memoryview) -> int:
-        if self.spin_s:
-            deadline = 0.0
-            while True:
-                try:
-                    return self._recv_once(view, socket.MSG_DONTWAIT)
-                except BlockingIOError:
-                    now = time.perf_counter()
-                    if not deadline:
-                        deadline = now + self.spin_s
-                    elif now >= deadline:
-                        break
-        return self._recv_once(view, 0)
+        spin = self._spin
+        if not spin:
+            return self._recv_once(view, 0)
+        start = 0.0
+        while True:
+            try:
+                return self._recv_once(view, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                now = time.perf_counter()
+                if not start:
+                    start = now
+                elif now - start >= spin:
+                    break
+        n = self._recv_once(view, 0)
+        waited = time.perf_counter() - start
+        self._spin = min(self.spin_s, 2 * waited) if waited < self.spin_s else max(spin / 2, self.spin_s / 16)
+        return n
 
     def _recv_once(self, view: memoryview, flags: int) -> int:
         if not self._with_fds:
