@@ -83,9 +83,10 @@ class Defaults:
     socket_inline_bytes: int = 16 * 2**10
     # Frame reader buffer: one recv takes a whole reply or op batch (most are < 4 KiB).
     socket_read_bytes: int = 256 * 2**10
-    # A data-plane reader polls an empty socket this long before it blocks (0: block at once):
-    # waking a thread whose vCPU went idle costs ~100 us on a small VM, and the sender pays for
-    # much of it too. Measured here: a sync op's round trip 220-254 us -> 64-73 us.
+    # A data-plane reader polls an empty socket up to this long before it blocks (0: block at
+    # once; the poll adapts to the waits it sees, transport/frames.py): waking a thread whose vCPU
+    # went idle costs ~100 us on a small VM, and the sender pays for much of it too. Measured
+    # here: a sync op's round trip 184-254 us -> 57-73 us.
     spin_us: int = 150
     # Idle page-aligned transfer buffers each process keeps for reuse: touching fresh memory runs at
     # ~1.1 GB/s against ~18 GB/s for reused memory; 512 MiB holds two 256 MiB transfers in flight.
