@@ -31,7 +31,6 @@ from gpuremote.wire import pb
 from gpuremote.wire.codec import ARRAY_KINDS, checked_shape, decode, dtype_from_wire, encode, fill_array
 
 _STRICT_META = os.environ.get("GPUREMOTE_STRICT_META") == "1"
-_DISPATCH: dict[str, str] = {}
 
 
 class _Plan:
@@ -39,18 +38,18 @@ class _Plan:
 
     `fast` marks elementwise names of one result, run by Session._fast_call when their arguments
     are plain (handles and numbers): `method` is the ndarray method's name, or None for a module
-    function (resolved by the backend)."""
+    function (resolved by the backend). `kind` is how Session._invoke runs it (_dispatch_kind)."""
 
-    __slots__ = ("name", "entry", "rule", "fast", "method")
+    __slots__ = ("name", "entry", "rule", "kind", "fast", "method")
 
     def __init__(self, name: str, entry):
         self.name = name
         self.entry = entry
         self.rule = entry.rule
-        kind = _dispatch_kind(name, entry)
+        self.kind = _dispatch_kind(name, entry)
         self.fast = entry.rule == "elementwise" and entry.nout == 1 and name != "where" and \
-            kind in ("method", "function")
-        self.method = entry.attr if kind == "method" else None
+            self.kind in ("method", "function")
+        self.method = entry.attr if self.kind == "method" else None
 
 
 _PLANS: dict[str, _Plan] = {}
@@ -109,7 +108,7 @@ class Session:
         self._kernels: dict = {}
         self._chunks_taken = False   # whether the current upload op has read its chunks
         self._bulk = None            # bulk-byte adapter of a data-plane connection (daemon/dataplane.py)
-        self._functions: dict[str, Callable] = {}     # module functions the hot path resolved
+        self._functions: dict[str, Callable] = {}     # backend functions resolved (_function)
         # Shutdown (daemon/server.py drain): the monotonic time by which the session will be ended,
         # told to the client in every reply; then `ending`, the reason, ends it between two ops.
         self.drain_deadline: float | None = None
@@ -175,6 +174,11 @@ class Session:
             rec[1] += 1
         table[h] = arr
         self._handle_owner[h] = key
+
+    def _room(self, device: int) -> int:
+        """Bytes the session may still allocate on `device`: its ledger's (a lease's) and the device's."""
+        memory, whole = self.memory[device], self.backend.memory[device]
+        return min(memory.capacity - memory.used, whole.capacity - whole.used)
 
     def _release(self, handle: int) -> None:
         if self.poisoned.pop(handle, None) is not None:
@@ -388,8 +392,7 @@ class Session:
         if shape is None:
             return False
         # The result has the inputs' shape: at most 32 bytes an element (growth.py's loose bound).
-        memory, whole = self.memory[device], self.backend.memory[device]
-        if math.prod(shape) * 32 > min(memory.capacity - memory.used, whole.capacity - whole.used):
+        if math.prod(shape) * 32 > self._room(device):
             return False
         method = plan.method
         if method is not None:
@@ -398,9 +401,7 @@ class Session:
             fn = getattr(args[0], method)
             operands = args[1:]
         else:
-            fn = self._functions.get(plan.name)
-            if fn is None:
-                fn = self._functions[plan.name] = self.backend.resolve(plan.name)
+            fn = self._function(plan.name)
             operands = args
         flow = flows[device]
         mark = flow.enter(op.stream, self.streams)
@@ -445,20 +446,7 @@ class Session:
                 raise UnsupportedOperationError(f"{name[:100]!r} is not in gpuremote's API surface table; "
                                                 "the daemon runs only the names listed there")
             plan = _PLANS[name] = _Plan(name, entry)
-        handles = self.handles
-        args = []
-        for v in call.args:
-            kind = v.WhichOneof("kind")
-            if kind == "handle":
-                arr = handles.get(v.handle)
-                args.append(arr if arr is not None else self._resolve(v.handle))
-            elif kind == "float_value":
-                args.append(v.float_value)
-            elif kind == "int_value":
-                args.append(v.int_value)
-            else:
-                args.append(decode(v, self._resolve))
-        args = tuple(args)
+        args = tuple([self._decode_arg(v) for v in call.args])
         kwargs = self._decode_kwargs(call) if call.kwarg_names or call.kwarg_values else {}
         results = call.results
         if results and plan.rule in ("none", "self", "value"):
@@ -474,12 +462,10 @@ class Session:
         # Before anything is allocated: an upper bound of what the op allocates, against what
         # the device (or the lease) has free. On the emulated backend that memory is the
         # daemon's own, so one oversized result would take every session down (growth.py).
-        memory, whole = self.memory[device], self.backend.memory[device]   # a lease's check is both
-        room = min(memory.capacity - memory.used, whole.capacity - whole.used)
-        need = growth.bound(entry, args, kwargs, self._meta_of, room)
+        need = growth.bound(entry, args, kwargs, self._meta_of, self._room(device))
         if need:
-            memory.check(need)
-        result = self._invoke(entry, plan.name, args, kwargs, op)
+            self.memory[device].check(need)     # a lease's check covers its device too
+        result = self._invoke(plan, args, kwargs, op)
         if plan.rule == "value":
             return self._to_value(result)
         if not results:
@@ -513,10 +499,8 @@ class Session:
             if actual != list(metas):
                 raise AssertionError(f"metadata rule for {entry.name} derived {metas}, the op produced {actual}")
 
-    def _invoke(self, entry, name: str, args: tuple, kwargs: dict, op: pb.Op) -> Any:
-        kind = _DISPATCH.get(name)
-        if kind is None:
-            kind = _DISPATCH[name] = _dispatch_kind(name, entry)
+    def _invoke(self, plan: _Plan, args: tuple, kwargs: dict, op: pb.Op) -> Any:
+        entry, name, kind = plan.entry, plan.name, plan.kind
         if kind == "method":
             if not args or not self.backend.is_array(args[0]):
                 got = type(args[0]).__name__ if args else "nothing"
@@ -531,7 +515,7 @@ class Session:
                 raise TypeError(f"unsupported operand type(s) for {attr}")
             return result
         if kind == "function":
-            return self.backend.resolve(name)(*args, **kwargs)
+            return self._function(name)(*args, **kwargs)
         if kind == "random":
             rs = self._random_state(op.device)
             attr = entry.attr
@@ -541,6 +525,13 @@ class Session:
                 args, kwargs = args[:3], dict(kwargs, dtype=args[3])
             return getattr(rs, attr)(*args, **kwargs)
         return self._service(name, args, kwargs, op)
+
+    def _function(self, name: str) -> Callable:
+        """The backend's function for surface name `name`, resolved once per session."""
+        fn = self._functions.get(name)
+        if fn is None:
+            fn = self._functions[name] = self.backend.resolve(name)
+        return fn
 
     def _getitem(self, arr, key):
         result = arr[key]
