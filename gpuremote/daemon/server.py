@@ -258,16 +258,16 @@ class DaemonServer:
 
     def drain(self, timeout: float, interrupted: threading.Event | None = None, say=None) -> None:
         """Graceful shutdown, before `stop`: no new sessions; the open ones keep working until they end
-        or `timeout` s pass (or `interrupted` is set; counted from `service.start_drain` when that came
-        first), and are then ended with a reason their clients
-        see. `say(text)` reports progress to the operator."""
+        or `timeout` s pass (counted from `service.start_drain` when that came first) or `interrupted`
+        is set, and are then ended with a reason their clients see. `say(text)` tells the operator."""
         service = self.service
         if service.drain_deadline is None:
             service.start_drain(timeout)
         deadline = service.drain_deadline
         interrupted = interrupted or threading.Event()
-        if service.open_sessions() and say is not None:
-            say(f"draining: {len(service.open_sessions())} session(s) open; they may work for {timeout:g} s more "
+        open_now = len(service.open_sessions())
+        if open_now and say is not None:
+            say(f"draining: {open_now} session(s) open; they may work for {timeout:g} s more "
                 "(signal again to stop now)")
         while service.open_sessions() and time.monotonic() < deadline and not interrupted.is_set():
             interrupted.wait(min(0.1, max(0.0, deadline - time.monotonic())))
@@ -280,7 +280,7 @@ class DaemonServer:
         end = time.monotonic() + 1.0
         while service.open_sessions() and time.monotonic() < end:
             time.sleep(0.02)
-        if say is not None and left:
+        if say is not None:
             say(f"ended {len(left)} session(s) still open at the deadline")
 
     def stop(self, grace: float | None = 2.0) -> None:
