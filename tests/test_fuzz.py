@@ -43,7 +43,8 @@ from gpuremote.v1 import value_pb2 as vpb
 from gpuremote.wire import grants, pb
 
 from conftest import DaemonProcess, backend_args
-from test_hostile import connected
+from test_hostile import connected, too_deep_batch
+from test_hostile import opening as hostile_opening
 from test_pool_e2e import PoolProcess
 
 SESSION_METHOD = "/gpuremote.v1.Daemon/Session"
@@ -281,12 +282,8 @@ def check_session_outcome(received: list[bytes], status, reply_ops: int | None) 
     return messages
 
 
-def opening(version: int = PROTOCOL_VERSION, name: str = "fuzz") -> pb.ClientMessage:
-    m = pb.ClientMessage()
-    m.open.protocol_version = version
-    m.open.client_name = name
-    m.open.client_pid = os.getpid()
-    return m
+def opening() -> pb.ClientMessage:
+    return hostile_opening(name="fuzz")
 
 
 SETUP_HANDLES = (1, 2, 3, 4)
@@ -586,27 +583,6 @@ def test_every_surface_name_with_plausible_arguments(daemon_guard, wire, ops):
     check_session_outcome(received, status, _reply_ops(msgs))
 
 
-def _field(number: int, payload: bytes) -> bytes:
-    """A length-delimited protobuf field, encoded by hand."""
-    def varint(n: int) -> bytes:
-        out = b""
-        while True:
-            out += bytes([(n & 0x7F) | (0x80 if n > 0x7F else 0)])
-            n >>= 7
-            if not n:
-                return out
-    return varint(number << 3 | 2) + varint(len(payload)) + payload
-
-
-def _too_deep(depth: int) -> bytes:
-    """ClientMessage{batch{ops{call{add, args: (((...)))}}}} nested `depth` tuples deep, built by hand."""
-    value = vpb.Value(int_value=1).SerializeToString()
-    for _ in range(depth):
-        value = _field(11, _field(1, value))
-    call = pb.Call(name="add").SerializeToString() + _field(2, value)
-    return _field(2, _field(1, pb.Op(seq=1, reply=True).SerializeToString() + _field(10, call)))
-
-
 # -- (b) raw bytes on the session stream ----------------------------------------------------------------------------
 
 def _valid_messages() -> list[bytes]:
@@ -653,7 +629,7 @@ def mutated(draw) -> bytes:
     if how == "random":
         return draw(st.binary(max_size=300))
     if how == "deep":
-        return _too_deep(draw(st.integers(40, 400)))
+        return too_deep_batch(draw(st.integers(40, 400)))
     if how == "empty":
         return b""
     if how == "append":

@@ -588,7 +588,7 @@ def _field(number: int, payload: bytes) -> bytes:
     return varint(number << 3 | 2) + varint(len(payload)) + payload
 
 
-def _too_deep_batch(depth: int) -> bytes:
+def too_deep_batch(depth: int) -> bytes:
     """ClientMessage{batch{ops{call{add, args: ((((...1...))))}}}} nested past protobuf's decoder limit
     (built by hand: the protobuf library itself refuses to hold such a message)."""
     value = vpb.Value(int_value=1).SerializeToString()
@@ -610,8 +610,8 @@ def test_value_nested_deeper_than_the_limit(target):
     assert_ok(r[2])
     # Deeper than protobuf's own recursion limit: the message cannot even be decoded.
     with pytest.raises(Exception):
-        pb.ClientMessage.FromString(_too_deep_batch(150))
-    received, status = raw_session(target.address, [opening(), _too_deep_batch(150)])
+        pb.ClientMessage.FromString(too_deep_batch(150))
+    received, status = raw_session(target.address, [opening(), too_deep_batch(150)])
     assert_refused(status, grpc.StatusCode.INVALID_ARGUMENT, "not a valid gpuremote.v1.ClientMessage")
     # The client refuses to build such a value in the first place.
     with pytest.raises(LimitExceededError, match="nested deeper"):
