@@ -9,7 +9,7 @@ import click
 
 from gpuremote import __version__
 from gpuremote._config import DEFAULTS, parse_size
-from gpuremote.cli_common import stop_on_signals
+from gpuremote.cli_common import seconds_not_nan, stop_on_signals
 from gpuremote.cli_member import member_options
 from gpuremote.cli_security import security_options
 
@@ -68,7 +68,7 @@ def main():
 @click.option("--max-sessions", type=click.IntRange(1, 4096), default=DEFAULTS.max_sessions, show_default=True,
               help="Most sessions served at once.")
 @click.option("--drain-timeout", type=click.FloatRange(0, 24 * 3600), default=DEFAULTS.drain_timeout_s,
-              show_default=True, metavar="SECONDS",
+              show_default=True, metavar="SECONDS", callback=seconds_not_nan,
               help="On SIGTERM or SIGINT, how long open sessions may keep working (no new ones are opened) "
                    "before they are ended.")
 @click.option("-v", "--verbose", is_flag=True, help="Log sessions opening and closing.")

@@ -5,6 +5,15 @@ from __future__ import annotations
 import signal
 import threading
 
+import click
+
+
+def seconds_not_nan(ctx, param, value):
+    """Click callback for a FloatRange of seconds: NaN passes every range comparison, so refuse it here."""
+    if value is not None and value != value:
+        raise click.BadParameter("nan is not a number of seconds: give a number, e.g. 30")
+    return value
+
 
 def stop_on_signals() -> threading.Event:
     """An event set by SIGINT or SIGTERM, so a foreground service can shut down cleanly; its

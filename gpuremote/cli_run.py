@@ -9,6 +9,7 @@ import sys
 import click
 
 from gpuremote._config import parse_size
+from gpuremote.cli_common import seconds_not_nan
 from gpuremote.cli_security import security_options
 
 
@@ -67,6 +68,7 @@ def _addresses(ctx, param, value):
 @click.option("--local", is_flag=True, help="Start an embedded daemon for this command (the default when "
                                            "nothing is configured): the host's GPU, else an emulated device.")
 @click.option("--wait", type=click.FloatRange(min=0), default=0, show_default=True, metavar="SECONDS",
+              callback=seconds_not_nan,
               help="How long to wait in the pool's queue for free capacity.")
 @click.option("--filter", "filters", multiple=True, callback=_filters, metavar="FILTER",
               help="Where the pool may place the devices (repeatable, all must hold): host=NAME, "

@@ -37,6 +37,9 @@ def run_daemon(*args: str, timeout: float = 30) -> subprocess.CompletedProcess:
     (["--devices", "a,b"], ["--devices", "'a,b' is not a comma-separated list", "e.g. 0,1"]),
     (["--devices", "-1"], ["--devices", "non-negative", "e.g. 0,1"]),
     (["--max-sessions", "0"], ["--max-sessions", "1<=x<=4096"]),
+    (["--drain-timeout", "-1"], ["--drain-timeout", "0<=x<=86400"]),
+    (["--drain-timeout", "soon"], ["--drain-timeout", "'soon' is not a valid float"]),
+    (["--drain-timeout", "nan"], ["--drain-timeout", "nan is not a number of seconds"]),
     (["--no-such-flag"], ["No such option", "--no-such-flag"]),
 ])
 def test_bad_flags(args, hints):

@@ -216,6 +216,8 @@ def test_stats_summary_and_json(tmp_path, daemon):
     (["-m", "lots"], "invalid size"),
     (["-p", "0.5", "-m", "1GiB"], "not both"),
     (["--daemon", "nohost"], "HOST:PORT"),
+    (["--wait", "nan"], "nan is not a number of seconds"),
+    (["--wait", "-1"], "--wait"),
 ])
 def test_bad_flags_are_refused(options, message):
     got = subprocess.run([*GPUREMOTE, "run", *options, "--", "true"], capture_output=True, text=True, timeout=60)
