@@ -47,6 +47,10 @@ class Defaults:
     batch_flush_ops: int = 64
     # Live arrays per session: far above any real program, low enough to bound the table.
     max_handles: int = 1 << 20
+    # Call templates one session may hold (a loop's distinct call sites: tens to a few hundred),
+    # and the largest encoded call one may be made of: together they bound what a session keeps.
+    max_templates: int = 1024
+    max_template_bytes: int = 2048
     # NumPy allows 64 dimensions; nothing real needs more than 32, and it bounds probe cost.
     max_rank: int = 32
     # Nesting of tuples/lists/dicts in one value; protobuf's own recursion limit is 100.

@@ -25,11 +25,22 @@ from __future__ import annotations
 import dataclasses
 
 
+def is_service(name: str) -> bool:
+    """Names the daemon serves itself (device queries, events, kernels, item) rather than by
+    calling an array function or method; they are never call templates."""
+    return name.startswith(("cuda.", "kernel.", "session.")) or name == "ndarray.item"
+
+
 @dataclasses.dataclass(frozen=True)
 class Entry:
     name: str           # surface name: "add", "linalg.inv", "ndarray.sum", "ndarray.__add__"
     rule: str           # metadata rule, see the module docstring
     nout: int = 1       # arrays returned; nout_of() refines the variable ones
+    # served by the daemon itself (is_service), not by an array function or method
+    service: bool = dataclasses.field(init=False, compare=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "service", is_service(self.name))
 
     @property
     def attr(self) -> str:

@@ -5,6 +5,10 @@ queued ops leave as one stream message when `batch_flush_ops` have gathered or a
 sync point. A sync point (`request`) sends what is queued plus one op that wants a reply and
 blocks for it; errors of earlier asynchronous ops come back with that reply and are raised
 there, naming the op and the application's source line that issued it.
+
+A call made again at the same source line with arguments of the same kinds (a loop's step)
+becomes a call template the second time (`Call.define_template`); from the third time on it
+leaves as a few integers in a `Replay` op: the template id and its handles (daemon/templates.py).
 """
 
 from __future__ import annotations
@@ -80,6 +84,15 @@ class Session:
         self._ops = self._msg.batch.ops
         self._flush_ops = DEFAULTS.batch_flush_ops
         self._batch_bytes = 0
+        self._queued = 0            # calls queued in the batch, those inside Replay runs included
+        # Call templates: key -> (id, slot count); keys seen once (a second sighting defines one);
+        # the open Replay run (its op and its integers), which the next other op or a flush closes.
+        self._templates: dict[tuple, int] = {}
+        self._sighted: dict[tuple, bool] = {}
+        self._template_ids = itertools.count(1)
+        self._max_templates = 0
+        self._run: list[int] | None = None
+        self._run_op: pb.Op | None = None
         self.lost: Exception | None = None
         self.closed = False
         self._noticed = False      # the daemon's shutdown notice was shown
@@ -111,6 +124,7 @@ class Session:
         self._max_batch_bytes = max_message // 2
         if opened.limits.max_ops_per_batch:
             self._flush_ops = max(1, min(self._flush_ops, opened.limits.max_ops_per_batch - 2))
+        self._max_templates = min(opened.limits.max_templates, DEFAULTS.max_templates)
         self.chunk_bytes = min(opened.limits.chunk_bytes or DEFAULTS.chunk_bytes, max_message // 2)
         try:    # move the op stream to the daemon's data plane when one can be reached (else stay on gRPC)
             self._link = attach_link(address, self.session_id, opened.data_plane, transport)
@@ -206,11 +220,14 @@ class Session:
             raise self.lost
         if self.closed:
             raise DeviceLostError(f"the session with {self.address} is closed")
+        if self._run is not None:
+            self._close_run()
         op = self._ops.add()
         op.seq = next(self._seq)
         op.device = device
         op.stream = stream
         op.site = site
+        self._queued += 1
         STATS.ops += 1
         return op
 
@@ -251,11 +268,31 @@ class Session:
                                          "inline: move large data to the device first with cupy.asarray")
             self._batch_bytes += size
 
-    def call(self, name: str, args: tuple, kwargs: dict, results, device: int, stream: int, site: str) -> None:
-        """Queue a call of surface name `name`; its arrays will be bound to `results`."""
+    def call(self, name: str, args: tuple, kwargs: dict, results, device: int, stream: int, site: str,
+             signature: tuple | None = None, proxies: list | tuple = ()) -> None:
+        """Queue a call of surface name `name`; its arrays will be bound to `results`.
+
+        `signature` (the API layer's, or None) is what makes two calls the same template: the name,
+        each argument's kind and value (an array's shape and dtype); `proxies` are the arrays in
+        it, in encoding order. With one, a call repeated at the same site is replayed by id."""
         with self._lock:
             if self.lost is not None or self.closed:
                 self._new_op(device, stream, site)  # raises the reason
+            define = 0
+            if signature is not None and self._max_templates:
+                key = (signature, device, stream, site)
+                tid = self._templates.get(key)
+                if tid is not None:
+                    self._replay(tid, proxies, results)
+                    return
+                if self._sighted.pop(key, False):
+                    define = self._next_template()
+                else:
+                    if len(self._sighted) >= 4096:
+                        self._sighted.clear()
+                    self._sighted[key] = True
+            if self._run is not None:
+                self._close_run()
             op = self._ops.add()
             op.seq = next(self._seq)
             op.device = device
@@ -263,12 +300,47 @@ class Session:
             op.site = site
             try:
                 self._fill_call(op, name, args, kwargs, results)
+                if define and op.call.ByteSize() <= DEFAULTS.max_template_bytes:
+                    op.call.define_template = define
+                    self._templates[key] = define
             except BaseException:
                 del self._ops[-1]
                 raise
+            self._queued += 1
             STATS.ops += 1
-            if len(self._ops) >= self._flush_ops or self._batch_bytes >= self._max_batch_bytes:
+            if self._queued >= self._flush_ops or self._batch_bytes >= self._max_batch_bytes:
                 self._flush()
+
+    def _next_template(self) -> int:
+        """A template id to define; past the daemon's limit, ids are reused from 1 (a definition
+        replaces the daemon's template of that id, and the ones here are forgotten)."""
+        tid = next(self._template_ids)
+        if tid > self._max_templates:
+            self._templates.clear()
+            self._template_ids = itertools.count(1)
+            tid = next(self._template_ids)
+        return tid
+
+    def _replay(self, tid: int, proxies, results) -> None:
+        handles = [p._gr_handle if p._gr_session is self else self.handle_of(p) for p in proxies]
+        run = self._run
+        if run is None:
+            op = self._run_op = self._ops.add()
+            op.seq = next(self._seq)
+            run = self._run = []
+        else:
+            next(self._seq)         # the i-th call of the run has the run op's seq + i
+        run.append(tid)
+        run += handles
+        run += results
+        self._queued += 1
+        STATS.ops += 1
+        if self._queued >= self._flush_ops:
+            self._flush()
+
+    def _close_run(self) -> None:
+        self._run_op.replay.calls.extend(self._run)
+        self._run = self._run_op = None
 
     def call_value(self, name: str, args: tuple, kwargs: dict, device: int, stream: int, site: str) -> Any:
         """Run a call that returns a host value, and wait for it (a sync point)."""
@@ -289,7 +361,7 @@ class Session:
             if nbytes <= (DEFAULTS.inline_bytes if link is None else link.inline_bytes):
                 up.data = host.tobytes()
                 self._batch_bytes += nbytes
-                if len(self._ops) >= self._flush_ops or self._batch_bytes >= self._max_batch_bytes:
+                if self._queued >= self._flush_ops or self._batch_bytes >= self._max_batch_bytes:
                     self._flush()
                 return
             flat = host.reshape(-1).view(numpy.uint8)
@@ -322,6 +394,8 @@ class Session:
 
     def _flush(self) -> None:
         rest = ()
+        if self._run is not None:
+            self._close_run()
         if self._releases:
             handles, self._releases = self._releases, []
             handles, rest = handles[:_RELEASES_PER_OP], handles[_RELEASES_PER_OP:]
@@ -334,6 +408,7 @@ class Session:
         self._msg = pb.ClientMessage()
         self._ops = self._msg.batch.ops
         self._batch_bytes = 0
+        self._queued = 0
         if rest:
             self._releases[0:0] = rest  # atomic: __del__ may append meanwhile
             self._flush()
@@ -354,6 +429,7 @@ class Session:
                 fill(op)
             except BaseException:
                 del self._ops[-1]
+                self._queued -= 1
                 raise
             seq = op.seq
             self._flush()

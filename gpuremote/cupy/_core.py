@@ -126,48 +126,59 @@ def elementwise_fast(name: str, entry: Entry, args: tuple):
     session = p._gr_session
     handle = next(session._handles)
     index = p._gr_device
-    session.call(name, args, _NO_KWARGS, (handle,), p._gr_remote, context.current_stream_id(index), site())
+    proxies: list = []
+    session.call(name, args, _NO_KWARGS, (handle,), p._gr_remote, context.current_stream_id(index), site(),
+                 _signature(name, args, _NO_KWARGS, proxies), proxies)
     return ndarray._wrap(session, handle, p._gr_remote, index, metas[0])
 
 
 # Metadata derived for a call signature: a training loop makes the same calls on the same shapes
-# every step, and a dict lookup costs far less than running the metadata rule again.
+# every step, and a dict lookup costs far less than running the metadata rule again. The same
+# signature (with the site) makes a call template of the session (client/session.py).
 _DERIVED: dict[tuple, list] = {}
 # Rules not worth a signature: no results to describe.
 _UNCACHED_RULES = frozenset({"none", "value"})
 _PLAIN = frozenset({int, float, bool, complex, str, type(None), type(Ellipsis)})
 
 
-def _sig(a: Any, depth: int = 0):
+def _sig(a: Any, proxies: list, depth: int = 0):
     """What derivation reads of one argument, hashable and typed (1, 1.0 and True differ);
-    None when it cannot be captured (host arrays, unknown metadata, other objects)."""
+    None when it cannot be captured (host arrays, unknown metadata, other objects). Appends the
+    arrays met to `proxies`, in the order the wire codec encodes them."""
     t = type(a)
     if t is ndarray:
-        return None if a._shape is None else (a._shape, a._dtype)
+        if a._shape is None:
+            return None
+        proxies.append(a)
+        return (a._shape, a._dtype)
     if t in _PLAIN:
+        if (t is float or t is complex) and (a == 0 or a != a):
+            return (t, repr(a))     # -0.0 == 0.0, and NaN equals nothing: tell them apart by text
         return (t, a)
     if t is tuple or t is list:
         if depth > 2 or len(a) > 16:
             return None
-        items = tuple(_sig(x, depth + 1) for x in a)
+        items = tuple([_sig(x, proxies, depth + 1) for x in a])
         return None if None in items else (t, items)
     if t is slice:
-        items = (_sig(a.start, 1), _sig(a.stop, 1), _sig(a.step, 1))
+        items = (_sig(a.start, proxies, 1), _sig(a.stop, proxies, 1), _sig(a.step, proxies, 1))
         return None if None in items else (t, items)
-    if t is numpy.dtype or (t is type and issubclass(a, numpy.generic)) or isinstance(a, numpy.generic):
+    if t is numpy.dtype or (t is type and issubclass(a, numpy.generic)):
         return (t, a)
+    if isinstance(a, numpy.generic):
+        return (t, a.tobytes())     # exact: float32(-0.0) == float32(0.0)
     return None
 
 
-def _signature(name: str, args: tuple, kwargs: dict) -> tuple | None:
+def _signature(name: str, args: tuple, kwargs: dict, proxies: list) -> tuple | None:
     key = [name]
     for a in args:
-        s = _sig(a)
+        s = _sig(a, proxies)
         if s is None:
             return None
         key.append(s)
     for k, v in kwargs.items():
-        s = _sig(v)
+        s = _sig(v, proxies)
         if s is None:
             return None
         key.append(k)
@@ -191,17 +202,19 @@ def forward(name: str, args: tuple, kwargs: dict, entry: Entry | None = None) ->
     rule = entry.rule
     if rule == "value":
         return session.call_value(name, args, kwargs, remote, stream, where)
-    key = _signature(name, args, kwargs) if rule not in _UNCACHED_RULES else None
-    metas = _DERIVED.get(key) if key is not None else None
+    proxies: list = []
+    # (a service of the daemon's own, such as an event's record, is never a template)
+    key = _signature(name, args, kwargs, proxies) if not entry.service else None
+    metas = _DERIVED.get(key) if key is not None and rule not in _UNCACHED_RULES else None
     if metas is None:
         metas = derive(entry, args, kwargs, meta_of)
-        if key is not None and metas is not None:
+        if key is not None and metas is not None and rule not in _UNCACHED_RULES:
             if len(_DERIVED) >= 8192:
                 _DERIVED.clear()
             _DERIVED[key] = metas
     out = kwargs.get("out")
     if rule in ("none", "self") or out is not None:
-        session.call(name, args, kwargs, (), remote, stream, where)
+        session.call(name, args, kwargs, (), remote, stream, where, key, proxies)
         if rule == "self":
             return args[0]
         if type(out) is tuple and len(out) == 1:
@@ -218,7 +231,7 @@ def forward(name: str, args: tuple, kwargs: dict, entry: Entry | None = None) ->
                     a.shape  # noqa: B018 -- fetch the metadata the count depends on
             n = nout_of(entry, args, kwargs, meta_of)
     handles = [session.new_handle() for _ in range(n)]
-    session.call(name, args, kwargs, handles, remote, stream, where)
+    session.call(name, args, kwargs, handles, remote, stream, where, key, proxies)
     arrays = [ndarray._wrap(session, h, remote, index, metas[i] if metas is not None else None)
               for i, h in enumerate(handles)]
     if returns_sequence(entry, args, n):

@@ -102,7 +102,7 @@ class DaemonService(daemon_pb2_grpc.DaemonServicer):
                                 max_handles=DEFAULTS.max_handles,
                                 # a chunk (fetch or upload) must fit in one message with room to spare
                                 chunk_bytes=min(DEFAULTS.chunk_bytes, DEFAULTS.max_message_bytes // 2),
-                                max_rank=DEFAULTS.max_rank)
+                                max_rank=DEFAULTS.max_rank, max_templates=DEFAULTS.max_templates)
 
     def _devices(self, out, session: Session | None = None) -> None:
         # A session under pool grants sees only its granted devices, sized by its lease's limit.

@@ -19,13 +19,13 @@ from typing import Any, Callable, Iterator
 import numpy
 
 from gpuremote._config import DEFAULTS
-from gpuremote.daemon import growth
+from gpuremote.daemon import growth, templates
 from gpuremote.daemon.admission import Tenancy
 from gpuremote.daemon.backends.base import Backend
 from gpuremote.errors import (LimitExceededError, ProtocolError, UnsupportedOperationError,
                               wire_type_name)
 from gpuremote.meta import NOT_ARRAY, array_method, derive
-from gpuremote.surface import PROPERTIES, SURFACE
+from gpuremote.surface import PROPERTIES, SURFACE, is_service
 from gpuremote.transport import buffers, grpc_chunks
 from gpuremote.wire import pb
 from gpuremote.wire.codec import ARRAY_KINDS, checked_shape, decode, dtype_from_wire, encode, fill_array
@@ -58,7 +58,7 @@ _PLANS: dict[str, _Plan] = {}
 def _dispatch_kind(name: str, entry) -> str:
     """How the daemon runs a surface name: a service of its own, an array method, a random
     generator call, or a function of the backend's array module."""
-    if name.startswith(("cuda.", "kernel.", "session.")) or name == "ndarray.item":
+    if is_service(name):
         return "service"
     if name.startswith("ndarray."):
         return "method"
@@ -109,6 +109,7 @@ class Session:
         self._chunks_taken = False   # whether the current upload op has read its chunks
         self._bulk = None            # bulk-byte adapter of a data-plane connection (daemon/dataplane.py)
         self._functions: dict[str, Callable] = {}     # backend functions resolved (_function)
+        self._templates: dict[int, templates.Template] = {}   # call templates by id (daemon/templates.py)
         # Shutdown (daemon/server.py drain): the monotonic time by which the session will be ended,
         # told to the client in every reply; then `ending`, the reason, ends it between two ops.
         self.drain_deadline: float | None = None
@@ -219,8 +220,13 @@ class Session:
         for op in batch.ops:
             if self.ending is not None:     # the daemon is shutting down: stop between two ops
                 raise SessionEnded(self.ending)
-            if not op.reply and op.WhichOneof("kind") == "call":
+            kind = op.WhichOneof("kind")
+            if op.reply:
+                yield from self.run_op(op, next_message)
+            elif kind == "call":
                 async_call(op)              # the hot path: no reply, so no generator either
+            elif kind == "replay":
+                self._async_replay(op)
             else:
                 yield from self.run_op(op, next_message)
 
@@ -254,6 +260,8 @@ class Session:
         """A call without a reply: its failure poisons its results and waits for the next sync point."""
         self.ops += 1
         try:
+            if op.call.define_template:
+                self._define(op)
             if not self._fast_call(op):
                 self._call(op)
         except _StreamBroken:
@@ -264,6 +272,90 @@ class Session:
             err = self._error(op, exc)
             self._poison(op, err)
             self._defer(err)
+
+    # -- call templates (daemon/templates.py) ---------------------------------------------------
+    def _define(self, op: pb.Op) -> None:
+        """Remember op's call as template Call.define_template (before the call itself runs)."""
+        tid = op.call.define_template
+        self._templates.pop(tid, None)      # a refused redefinition leaves no stale template behind
+        if tid > self.limits.max_templates:
+            raise ProtocolError(f"call template id {tid} is past this session's limit of "
+                                f"{self.limits.max_templates} (SessionOpened.limits.max_templates)")
+        plan = self._plan(op.call.name)
+        if op.call.results and plan.rule in ("none", "self", "value"):
+            raise ProtocolError(f"{plan.name} returns no array, but the op names result handles")
+        self._templates[tid] = templates.define(op, plan, len(self.backend.props))
+
+    def _async_replay(self, op: pb.Op) -> None:
+        """A Replay op that wants no reply: a malformed one is reported at the next sync point."""
+        try:
+            self._replay(op)
+        except _StreamBroken:
+            raise
+        except Exception as exc:
+            self._defer(self._error(op, exc))
+
+    def _replay(self, op: pb.Op) -> None:
+        """Run the calls of a Replay op in order; each fails (poisons, defers) on its own, as a Call.
+        A template id this session has not defined, or a run that ends inside a call, stops the run."""
+        calls = list(op.replay.calls)
+        found = self._templates.get
+        limit = self.limits.max_ops_per_batch
+        n, i, count = len(calls), 0, 0
+        while i < n:
+            if self.ending is not None:
+                raise SessionEnded(self.ending)
+            t = found(calls[i])
+            if t is None:
+                raise ProtocolError(f"replayed call {count} names call template {calls[i]}, which this "
+                                    "session has not defined; the rest of the Replay op was not run")
+            j = i + 1 + t.slots
+            k = j + t.results
+            if k > n:
+                raise ProtocolError(f"the Replay op ends inside call {count} (template {calls[i]} takes "
+                                    f"{t.slots} handle(s) and {t.results} result(s))")
+            if count >= limit:
+                raise LimitExceededError(f"a Replay op holds more than {limit} calls "
+                                         "(SessionOpened.limits.max_ops_per_batch); the rest was not run")
+            results = calls[j:k]
+            self.ops += 1
+            try:
+                self._replay_call(t, calls[i + 1:j], results)
+            except _StreamBroken:
+                raise
+            except Poisoned as exc:
+                self._poison_handles(results, exc.error)
+            except Exception as exc:
+                err = self._error_at(t.name, op.seq + count, t.site, exc)
+                self._poison_handles(results, err)
+                self._defer(err)
+            count += 1
+            i = k
+
+    def _replay_call(self, t: templates.Template, handles: list, results: list) -> None:
+        resolve = self._resolve
+        arrays = [resolve(h) for h in handles]
+        args, kwargs = t.fill(arrays)
+        metas = tuple([(a.shape, a.dtype) for a in arrays])
+        if metas != t.metas:        # the bound depends on nothing else that can change
+            t.need = growth.bound(t.entry, args, kwargs, self._meta_of)
+            t.metas = metas
+        device = t.device
+        flow = self.flows[device]
+        if flow is None:
+            raise self.tenancy.not_granted(device)
+        if t.need:
+            self.memory[device].check(t.need)
+        mark = flow.enter(t.stream, self.streams)
+        try:
+            if self.backend.scoped:
+                with self.backend.activate(device, t.stream, self.streams):
+                    result = self._invoke(t.plan, args, kwargs, t.op)
+            else:
+                result = self._invoke(t.plan, args, kwargs, t.op)
+        finally:
+            flow.leave(mark, t.stream, self.streams)
+        self._bind_result(t.plan, result, results, device, args, kwargs)
 
     def run_op(self, op: pb.Op, next_message) -> Iterator[pb.ServerMessage]:
         kind = op.WhichOneof("kind")
@@ -297,6 +389,8 @@ class Session:
                 arr = self._resolve(op.describe.handle)
                 r.meta.dtype = arr.dtype.str
                 r.meta.shape.extend(arr.shape)
+            elif kind == "replay":
+                self._replay(op)
             elif kind == "sync":
                 self.backend.synchronize(op.device, None if op.sync.all_streams else op.stream, self.streams)
                 r.value.none.SetInParent()
@@ -332,11 +426,11 @@ class Session:
 
     def _poison(self, op: pb.Op, err: pb.Error) -> None:
         if op.WhichOneof("kind") == "call":
-            targets = op.call.results
+            self._poison_handles(op.call.results, err)
         elif op.WhichOneof("kind") == "upload":
-            targets = [op.upload.handle]
-        else:
-            return
+            self._poison_handles([op.upload.handle], err)
+
+    def _poison_handles(self, targets, err: pb.Error) -> None:
         for h in targets:
             if h and h not in self.handles and len(self.poisoned) < self.limits.max_handles:
                 self.poisoned[h] = err
@@ -347,13 +441,17 @@ class Session:
         else:
             self._dropped += 1
 
-    @staticmethod
-    def _error(op: pb.Op, exc: Exception) -> pb.Error:
+    @classmethod
+    def _error(cls, op: pb.Op, exc: Exception) -> pb.Error:
         name = op.call.name if op.WhichOneof("kind") == "call" else (op.WhichOneof("kind") or "op")
+        return cls._error_at(name, op.seq, op.site, exc)
+
+    @staticmethod
+    def _error_at(name: str, seq: int, site: str, exc: Exception) -> pb.Error:
         tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__, limit=8))
         message = str(exc) if not isinstance(exc, KeyError) else str(exc.args[0] if exc.args else exc)
-        return pb.Error(type=wire_type_name(exc), message=message[:4096], seq=op.seq, op=name[:128],
-                        site=op.site[:512], traceback=tb[-4096:])
+        return pb.Error(type=wire_type_name(exc), message=message[:4096], seq=seq, op=name[:128],
+                        site=site[:512], traceback=tb[-4096:])
 
     def _fast_call(self, op: pb.Op) -> bool:
         """The hot path of an asynchronous elementwise call (`y = x + 1` in a training loop): what
@@ -439,13 +537,7 @@ class Session:
     def _run_call(self, op: pb.Op) -> Any:
         call = op.call
         name = call.name
-        plan = _PLANS.get(name)
-        if plan is None:
-            entry = SURFACE.get(name)
-            if entry is None:
-                raise UnsupportedOperationError(f"{name[:100]!r} is not in gpuremote's API surface table; "
-                                                "the daemon runs only the names listed there")
-            plan = _PLANS[name] = _Plan(name, entry)
+        plan = self._plan(name)
         args = tuple([self._decode_arg(v) for v in call.args])
         kwargs = self._decode_kwargs(call) if call.kwarg_names or call.kwarg_values else {}
         results = call.results
@@ -455,6 +547,17 @@ class Session:
             with self.backend.activate(op.device, op.stream, self.streams):
                 return self._execute(plan, args, kwargs, results, op)
         return self._execute(plan, args, kwargs, results, op)
+
+    @staticmethod
+    def _plan(name: str) -> _Plan:
+        plan = _PLANS.get(name)
+        if plan is None:
+            entry = SURFACE.get(name)
+            if entry is None:
+                raise UnsupportedOperationError(f"{name[:100]!r} is not in gpuremote's API surface table; "
+                                                "the daemon runs only the names listed there")
+            plan = _PLANS[name] = _Plan(name, entry)
+        return plan
 
     def _execute(self, plan: "_Plan", args: tuple, kwargs: dict, results, op: pb.Op) -> Any:
         device = op.device
@@ -468,8 +571,13 @@ class Session:
         result = self._invoke(plan, args, kwargs, op)
         if plan.rule == "value":
             return self._to_value(result)
+        self._bind_result(plan, result, results, device, args, kwargs)
+        return None
+
+    def _bind_result(self, plan: _Plan, result, results, device: int, args: tuple, kwargs: dict) -> None:
+        """Bind what a call returned to its result handles."""
         if not results:
-            return None
+            return
         is_array = self.backend.is_array
         if is_array(result):
             items = (result,)
@@ -480,9 +588,8 @@ class Session:
             raise ProtocolError(f"{plan.name} returned {len(items)} array(s), the client expected "
                                 f"{len(results)}")
         if _STRICT_META:
-            self._check_meta(entry, args, kwargs, items)
+            self._check_meta(plan.entry, args, kwargs, items)
         self._bind(results, items, device)
-        return None
 
     def _decode_kwargs(self, call: pb.Call) -> dict:
         if len(call.kwarg_names) != len(call.kwarg_values):

@@ -123,18 +123,20 @@ class VerbsEndpoint(_message.Message):
     def __init__(self, qp_num: _Optional[int] = ..., lid: _Optional[int] = ..., gid: _Optional[bytes] = ..., psn: _Optional[int] = ..., mtu: _Optional[int] = ..., ring_addr: _Optional[int] = ..., ring_rkey: _Optional[int] = ..., ring_bytes: _Optional[int] = ...) -> None: ...
 
 class Limits(_message.Message):
-    __slots__ = ("max_message_bytes", "max_ops_per_batch", "max_handles", "chunk_bytes", "max_rank")
+    __slots__ = ("max_message_bytes", "max_ops_per_batch", "max_handles", "chunk_bytes", "max_rank", "max_templates")
     MAX_MESSAGE_BYTES_FIELD_NUMBER: _ClassVar[int]
     MAX_OPS_PER_BATCH_FIELD_NUMBER: _ClassVar[int]
     MAX_HANDLES_FIELD_NUMBER: _ClassVar[int]
     CHUNK_BYTES_FIELD_NUMBER: _ClassVar[int]
     MAX_RANK_FIELD_NUMBER: _ClassVar[int]
+    MAX_TEMPLATES_FIELD_NUMBER: _ClassVar[int]
     max_message_bytes: int
     max_ops_per_batch: int
     max_handles: int
     chunk_bytes: int
     max_rank: int
-    def __init__(self, max_message_bytes: _Optional[int] = ..., max_ops_per_batch: _Optional[int] = ..., max_handles: _Optional[int] = ..., chunk_bytes: _Optional[int] = ..., max_rank: _Optional[int] = ...) -> None: ...
+    max_templates: int
+    def __init__(self, max_message_bytes: _Optional[int] = ..., max_ops_per_batch: _Optional[int] = ..., max_handles: _Optional[int] = ..., chunk_bytes: _Optional[int] = ..., max_rank: _Optional[int] = ..., max_templates: _Optional[int] = ...) -> None: ...
 
 class OpBatch(_message.Message):
     __slots__ = ("ops",)
@@ -143,7 +145,7 @@ class OpBatch(_message.Message):
     def __init__(self, ops: _Optional[_Iterable[_Union[Op, _Mapping]]] = ...) -> None: ...
 
 class Op(_message.Message):
-    __slots__ = ("seq", "device", "stream", "reply", "site", "call", "release", "upload", "fetch", "describe", "sync")
+    __slots__ = ("seq", "device", "stream", "reply", "site", "call", "release", "upload", "fetch", "describe", "sync", "replay")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     DEVICE_FIELD_NUMBER: _ClassVar[int]
     STREAM_FIELD_NUMBER: _ClassVar[int]
@@ -155,6 +157,7 @@ class Op(_message.Message):
     FETCH_FIELD_NUMBER: _ClassVar[int]
     DESCRIBE_FIELD_NUMBER: _ClassVar[int]
     SYNC_FIELD_NUMBER: _ClassVar[int]
+    REPLAY_FIELD_NUMBER: _ClassVar[int]
     seq: int
     device: int
     stream: int
@@ -166,21 +169,30 @@ class Op(_message.Message):
     fetch: Fetch
     describe: Describe
     sync: Sync
-    def __init__(self, seq: _Optional[int] = ..., device: _Optional[int] = ..., stream: _Optional[int] = ..., reply: _Optional[bool] = ..., site: _Optional[str] = ..., call: _Optional[_Union[Call, _Mapping]] = ..., release: _Optional[_Union[Release, _Mapping]] = ..., upload: _Optional[_Union[Upload, _Mapping]] = ..., fetch: _Optional[_Union[Fetch, _Mapping]] = ..., describe: _Optional[_Union[Describe, _Mapping]] = ..., sync: _Optional[_Union[Sync, _Mapping]] = ...) -> None: ...
+    replay: Replay
+    def __init__(self, seq: _Optional[int] = ..., device: _Optional[int] = ..., stream: _Optional[int] = ..., reply: _Optional[bool] = ..., site: _Optional[str] = ..., call: _Optional[_Union[Call, _Mapping]] = ..., release: _Optional[_Union[Release, _Mapping]] = ..., upload: _Optional[_Union[Upload, _Mapping]] = ..., fetch: _Optional[_Union[Fetch, _Mapping]] = ..., describe: _Optional[_Union[Describe, _Mapping]] = ..., sync: _Optional[_Union[Sync, _Mapping]] = ..., replay: _Optional[_Union[Replay, _Mapping]] = ...) -> None: ...
 
 class Call(_message.Message):
-    __slots__ = ("name", "args", "kwarg_names", "kwarg_values", "results")
+    __slots__ = ("name", "args", "kwarg_names", "kwarg_values", "results", "define_template")
     NAME_FIELD_NUMBER: _ClassVar[int]
     ARGS_FIELD_NUMBER: _ClassVar[int]
     KWARG_NAMES_FIELD_NUMBER: _ClassVar[int]
     KWARG_VALUES_FIELD_NUMBER: _ClassVar[int]
     RESULTS_FIELD_NUMBER: _ClassVar[int]
+    DEFINE_TEMPLATE_FIELD_NUMBER: _ClassVar[int]
     name: str
     args: _containers.RepeatedCompositeFieldContainer[_value_pb2.Value]
     kwarg_names: _containers.RepeatedScalarFieldContainer[str]
     kwarg_values: _containers.RepeatedCompositeFieldContainer[_value_pb2.Value]
     results: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, name: _Optional[str] = ..., args: _Optional[_Iterable[_Union[_value_pb2.Value, _Mapping]]] = ..., kwarg_names: _Optional[_Iterable[str]] = ..., kwarg_values: _Optional[_Iterable[_Union[_value_pb2.Value, _Mapping]]] = ..., results: _Optional[_Iterable[int]] = ...) -> None: ...
+    define_template: int
+    def __init__(self, name: _Optional[str] = ..., args: _Optional[_Iterable[_Union[_value_pb2.Value, _Mapping]]] = ..., kwarg_names: _Optional[_Iterable[str]] = ..., kwarg_values: _Optional[_Iterable[_Union[_value_pb2.Value, _Mapping]]] = ..., results: _Optional[_Iterable[int]] = ..., define_template: _Optional[int] = ...) -> None: ...
+
+class Replay(_message.Message):
+    __slots__ = ("calls",)
+    CALLS_FIELD_NUMBER: _ClassVar[int]
+    calls: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, calls: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Release(_message.Message):
     __slots__ = ("handles",)

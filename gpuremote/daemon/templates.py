@@ -1,0 +1,107 @@
+"""Call templates: a call a loop makes again and again, remembered once and replayed by id.
+
+A training step issues the same few dozen calls every iteration, on new arrays of the same
+shapes. The client sends such a call once in full with `Call.define_template`; after that a
+`Replay` op names the template and the handles to use (a few integers per call), and the daemon
+skips decoding the call, looking up its name and bounding its allocation again: the bound is
+kept per shape of the slot arrays, which is all it depends on besides the template's constants.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy
+
+from gpuremote._config import DEFAULTS
+from gpuremote.errors import ProtocolError
+from gpuremote.surface import SURFACE
+from gpuremote.wire import pb
+from gpuremote.wire.codec import decode
+
+
+class Slot:
+    """Where a handle stood in the defining call: the index-th handle, in encoding order."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index: int):
+        self.index = index
+
+
+class Template:
+    __slots__ = ("name", "entry", "plan", "device", "stream", "site", "args", "kwargs", "slots", "results",
+                 "top", "metas", "need", "op")
+
+    def fill(self, arrays: list) -> tuple[tuple, dict]:
+        """The call's (args, kwargs) with `arrays` in its slots."""
+        top = self.top
+        if top is not None:      # every slot is a positional argument of its own: the common case
+            args = list(self.args)
+            for position, index in top:
+                args[position] = arrays[index]
+            return tuple(args), self.kwargs
+        return _fill(self.args, arrays), {k: _fill(v, arrays) for k, v in self.kwargs.items()}
+
+
+def _fill(value: Any, arrays: list) -> Any:
+    t = type(value)
+    if t is Slot:
+        return arrays[value.index]
+    if t is tuple or t is list:
+        return t(_fill(v, arrays) for v in value)
+    if t is slice:
+        return slice(_fill(value.start, arrays), _fill(value.stop, arrays), _fill(value.step, arrays))
+    return value
+
+
+def _check_constants(value: Any) -> None:
+    """Constants are reused by every replay, so they must be immutable: no host arrays, no dicts."""
+    t = type(value)
+    if t is tuple or t is list:
+        for v in value:
+            _check_constants(v)
+    elif t is slice:
+        _check_constants(value.start), _check_constants(value.stop), _check_constants(value.step)
+    elif t is dict or isinstance(value, numpy.ndarray):
+        raise ProtocolError("a call template's arguments may hold handles, scalars, dtypes, slices and "
+                            "tuples or lists of them, not host arrays or dicts")
+
+
+def define(op: pb.Op, plan, n_devices: int) -> Template:
+    """The template op `op` defines (its Call.define_template), checked; raises ProtocolError."""
+    call = op.call
+    if op.reply:
+        raise ProtocolError("only an asynchronous call (reply = false) may define a call template")
+    if plan.kind not in ("method", "function", "random") or plan.rule == "value":
+        raise ProtocolError(f"{plan.name} cannot be a call template: only array functions and methods can")
+    if call.ByteSize() > DEFAULTS.max_template_bytes:
+        raise ProtocolError(f"a call template is at most {DEFAULTS.max_template_bytes} bytes encoded; "
+                            f"this {plan.name} call is {call.ByteSize()}")
+    if len(call.kwarg_names) != len(call.kwarg_values) or len(set(call.kwarg_names)) != len(call.kwarg_names):
+        raise ProtocolError("malformed call: kwarg_names and kwarg_values do not pair up uniquely")
+    if op.device >= n_devices:
+        raise ProtocolError(f"a call template names device {op.device}; this daemon has {n_devices}")
+    slots: list[Slot] = []
+
+    def slot(handle: int) -> Slot:
+        s = Slot(len(slots))
+        slots.append(s)
+        return s
+
+    t = Template()
+    t.name, t.entry, t.plan = plan.name, SURFACE[plan.name], plan
+    t.device, t.stream, t.site = op.device, op.stream, op.site[:512]
+    t.args = tuple(decode(v, slot) for v in call.args)
+    t.kwargs = {k: decode(v, slot) for k, v in zip(call.kwarg_names, call.kwarg_values)}
+    _check_constants(t.args)
+    _check_constants(list(t.kwargs.values()))
+    t.slots = len(slots)
+    t.results = len(call.results)
+    top = [(i, a.index) for i, a in enumerate(t.args) if type(a) is Slot]
+    t.top = tuple(top) if len(top) == t.slots else None
+    t.metas = None          # the slot arrays' (shape, dtype)s the bound `need` was computed for
+    t.need = 0
+    t.op = pb.Op(device=op.device, stream=op.stream, site=t.site)   # what _invoke reads of an op
+    t.op.call.name = plan.name
+    return t
