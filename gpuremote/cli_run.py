@@ -139,6 +139,7 @@ def _print_stats(stats: dict) -> None:
     table = Table(title="gpuremote statistics", show_header=False)
     rows = [("processes using devices", f"{stats.get('processes', 0)}"),
             ("ops issued", f"{stats.get('ops', 0):,}"),
+            ("  of them replayed calls", f"{stats.get('replayed', 0):,}"),
             ("messages sent", f"{stats.get('messages', 0):,}"),
             ("blocking round trips", f"{stats.get('round_trips', 0):,}"),
             ("time blocked on the network", f"{stats.get('blocked_s', 0.0):.3f} s"),

@@ -123,13 +123,20 @@ def _no_device(obj, cp):
     return type(obj) is not cp.ndarray
 
 
+# The device runs each body this many times: the client sends a call in full the first time,
+# defines a call template of it the second, and replays the template from the third on
+# (gpuremote/client/session.py), so every case checks all three paths.
+RUNS = 3
+
+
 def check(body, cp, rtol=None, atol=None, values=True, seed=0):
     """Run `body(xp, rng)` with NumPy and with the device; compare results (numpy_cupy_allclose)."""
     expected = body(numpy, numpy.random.default_rng(seed))
     assert _no_device(expected, cp), "the NumPy run produced a device array"
-    actual = body(cp, numpy.random.default_rng(seed))
-    _compare(expected, actual, cp, rtol, atol, values, "result")
-    cp.cuda.Device().synchronize()  # no deferred error may leak into the next test
+    for run in range(RUNS):
+        actual = body(cp, numpy.random.default_rng(seed))
+        _compare(expected, actual, cp, rtol, atol, values, f"result (device run {run + 1})")
+        cp.cuda.Device().synchronize()  # no deferred error may leak into the next run or test
     return actual
 
 
@@ -146,8 +153,9 @@ def check_raises(body, cp, exc, seed=0):
     """Both runs raise `exc` (the device's may surface at the next sync point)."""
     with pytest.raises(exc):
         body(numpy, numpy.random.default_rng(seed))
-    with pytest.raises(exc):
-        _sync(body(cp, numpy.random.default_rng(seed)), cp)
+    for _ in range(RUNS):
+        with pytest.raises(exc):
+            _sync(body(cp, numpy.random.default_rng(seed)), cp)
 
 
 def params(cases: dict):

@@ -56,8 +56,8 @@ def _scalar_bytes(a) -> bytes:
             _SCALARS.clear()
         _SCALARS[key] = data
     return data
-# Handles named by one Release op: keeps the op far below the message size limit.
-_RELEASES_PER_OP = 1 << 16
+# Releases queued into one message at most: keeps it far below the message size limit.
+_RELEASES_PER_MESSAGE = 1 << 16
 
 
 class Session:
@@ -93,6 +93,7 @@ class Session:
         self._max_templates = 0
         self._run: list[int] | None = None
         self._run_op: pb.Op | None = None
+        self._run_calls = 0
         self.lost: Exception | None = None
         self.closed = False
         self._noticed = False      # the daemon's shutdown notice was shown
@@ -220,6 +221,8 @@ class Session:
             raise self.lost
         if self.closed:
             raise DeviceLostError(f"the session with {self.address} is closed")
+        if self._releases:
+            self._queue_releases()
         if self._run is not None:
             self._close_run()
         op = self._ops.add()
@@ -291,6 +294,8 @@ class Session:
                     if len(self._sighted) >= 4096:
                         self._sighted.clear()
                     self._sighted[key] = True
+            if self._releases:
+                self._queue_releases()
             if self._run is not None:
                 self._close_run()
             op = self._ops.add()
@@ -323,24 +328,46 @@ class Session:
 
     def _replay(self, tid: int, proxies, results) -> None:
         handles = [p._gr_handle if p._gr_session is self else self.handle_of(p) for p in proxies]
-        run = self._run
-        if run is None:
-            op = self._run_op = self._ops.add()
-            op.seq = next(self._seq)
-            run = self._run = []
-        else:
+        if self._releases:
+            self._queue_releases()
+        run = self._run if self._run is not None else self._open_run()
+        if self._run_calls:
             next(self._seq)         # the i-th call of the run has the run op's seq + i
+        self._run_calls += 1
         run.append(tid)
         run += handles
         run += results
         self._queued += 1
         STATS.ops += 1
+        STATS.replayed += 1
         if self._queued >= self._flush_ops:
             self._flush()
+
+    def _open_run(self) -> list[int]:
+        op = self._run_op = self._ops.add()
+        op.seq = next(self._seq)
+        self._run_calls = 0
+        self._run = []
+        return self._run
 
     def _close_run(self) -> None:
         self._run_op.replay.calls.extend(self._run)
         self._run = self._run_op = None
+
+    def _queue_releases(self) -> None:
+        """Release dropped arrays before the next op, so that their memory is free for it: in the
+        Replay run, as template id 0 and the handle (a few bytes each), at most a message's worth."""
+        while True:
+            handles = self._releases[:_RELEASES_PER_MESSAGE]
+            del self._releases[:len(handles)]   # only this prefix: __del__ may append meanwhile
+            run = self._run if self._run is not None else self._open_run()
+            for h in handles:
+                run.append(0)
+                run.append(h)
+            self._batch_bytes += 12 * len(handles)
+            if not self._releases:
+                return
+            self._send_batch()
 
     def call_value(self, name: str, args: tuple, kwargs: dict, device: int, stream: int, site: str) -> Any:
         """Run a call that returns a host value, and wait for it (a sync point)."""
@@ -393,14 +420,13 @@ class Session:
             self._flush()
 
     def _flush(self) -> None:
-        rest = ()
+        if self._releases:
+            self._queue_releases()
+        self._send_batch()
+
+    def _send_batch(self) -> None:
         if self._run is not None:
             self._close_run()
-        if self._releases:
-            handles, self._releases = self._releases, []
-            handles, rest = handles[:_RELEASES_PER_OP], handles[_RELEASES_PER_OP:]
-            op = self._new_op(0, 0, "")
-            op.release.handles.extend(handles)
         if not len(self._ops):
             return
         self._send(self._msg)
@@ -409,9 +435,6 @@ class Session:
         self._ops = self._msg.batch.ops
         self._batch_bytes = 0
         self._queued = 0
-        if rest:
-            self._releases[0:0] = rest  # atomic: __del__ may append meanwhile
-            self._flush()
 
     # -- sync points --------------------------------------------------------------------
     def request(self, fill: Callable[[pb.Op], None], device: int = 0, stream: int = 0, site: str = "",

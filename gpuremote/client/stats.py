@@ -11,13 +11,14 @@ import sys
 
 
 class Stats:
-    __slots__ = ("ops", "messages", "round_trips", "bytes_h2d", "bytes_d2h", "blocked_s")
+    __slots__ = ("ops", "replayed", "messages", "round_trips", "bytes_h2d", "bytes_d2h", "blocked_s")
 
     def __init__(self):
         self.reset()
 
     def reset(self) -> None:
-        self.ops = 0            # ops issued (calls, uploads, fetches, releases, syncs)
+        self.ops = 0            # ops issued (calls, uploads, fetches, syncs)
+        self.replayed = 0       # of those, calls sent as replays of a call template (a few integers)
         self.messages = 0       # stream messages sent to daemons
         self.round_trips = 0    # times the application blocked waiting for a daemon
         self.bytes_h2d = 0

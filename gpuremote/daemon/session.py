@@ -302,10 +302,25 @@ class Session:
         found = self._templates.get
         limit = self.limits.max_ops_per_batch
         n, i, count = len(calls), 0, 0
+        bad_release = False
         while i < n:
             if self.ending is not None:
                 raise SessionEnded(self.ending)
-            t = found(calls[i])
+            tid = calls[i]
+            if tid == 0:            # a release: the next integer is the handle
+                if i + 1 == n:
+                    raise ProtocolError("the Replay op ends inside a release (id 0 and no handle)")
+                try:
+                    self._release(calls[i + 1])
+                except KeyError as exc:     # reported once per run: a broken client may send millions
+                    if bad_release:
+                        self._dropped += 1
+                    else:
+                        bad_release = True
+                        self._defer(self._error_at("release", op.seq + count, "", exc))
+                i += 2
+                continue
+            t = found(tid)
             if t is None:
                 raise ProtocolError(f"replayed call {count} names call template {calls[i]}, which this "
                                     "session has not defined; the rest of the Replay op was not run")
@@ -375,6 +390,8 @@ class Session:
             if self.flows[op.device] is None and kind != "release":   # releases name device 0 whatever
                 raise self.tenancy.not_granted(op.device)
             if kind == "call":
+                if op.call.define_template:
+                    self._define(op)        # refused: a template is an asynchronous call
                 value = self._call(op)
                 if op.reply:
                     encode(value, r.value, lambda obj: None)
