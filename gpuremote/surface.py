@@ -38,14 +38,12 @@ class Entry:
     nout: int = 1       # arrays returned; nout_of() refines the variable ones
     # served by the daemon itself (is_service), not by an array function or method
     service: bool = dataclasses.field(init=False, compare=False)
+    # the attribute name inside its namespace ("sum" for "ndarray.sum")
+    attr: str = dataclasses.field(init=False, compare=False)
 
     def __post_init__(self):
         object.__setattr__(self, "service", is_service(self.name))
-
-    @property
-    def attr(self) -> str:
-        """The attribute name inside its namespace ("sum" for "ndarray.sum")."""
-        return self.name.rpartition(".")[2]
+        object.__setattr__(self, "attr", self.name.rpartition(".")[2])
 
 
 _UFUNCS_1 = """negative positive absolute abs fabs sign sqrt square cbrt reciprocal exp exp2 expm1 log

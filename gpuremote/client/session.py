@@ -357,15 +357,21 @@ class Session:
     def _queue_releases(self) -> None:
         """Release dropped arrays before the next op, so that their memory is free for it: in the
         Replay run, as template id 0 and the handle (a few bytes each), at most a message's worth."""
+        releases = self._releases
         while True:
-            handles = self._releases[:_RELEASES_PER_MESSAGE]
-            del self._releases[:len(handles)]   # only this prefix: __del__ may append meanwhile
             run = self._run if self._run is not None else self._open_run()
-            for h in handles:
+            if len(releases) == 1:          # the common case: the array a loop's last op replaced
                 run.append(0)
-                run.append(h)
-            self._batch_bytes += 12 * len(handles)
-            if not self._releases:
+                run.append(releases.pop(0))
+                self._batch_bytes += 12
+            else:
+                handles = releases[:_RELEASES_PER_MESSAGE]
+                del releases[:len(handles)]     # only this prefix: __del__ may append meanwhile
+                for h in handles:
+                    run.append(0)
+                    run.append(h)
+                self._batch_bytes += 12 * len(handles)
+            if not releases:
                 return
             self._send_batch()
 

@@ -120,15 +120,22 @@ def elementwise_fast(name: str, entry: Entry, args: tuple):
             break
     else:
         return None
-    metas = fast_elementwise(entry, args, meta_of)
-    if metas is None or len(metas) != 1:
+    proxies: list = []
+    key = _signature(name, args, _NO_KWARGS, proxies)
+    metas = _DERIVED.get(key) if key is not None else None
+    if metas is None:
+        metas = fast_elementwise(entry, args, meta_of)
+        if metas is None:
+            return None
+        if key is not None:
+            _remember(key, metas)
+    if len(metas) != 1:
         return None
     session = p._gr_session
     handle = next(session._handles)
     index = p._gr_device
-    proxies: list = []
     session.call(name, args, _NO_KWARGS, (handle,), p._gr_remote, context.current_stream_id(index), site(),
-                 _signature(name, args, _NO_KWARGS, proxies), proxies)
+                 key, proxies)
     return ndarray._wrap(session, handle, p._gr_remote, index, metas[0])
 
 
@@ -138,6 +145,12 @@ def elementwise_fast(name: str, entry: Entry, args: tuple):
 _DERIVED: dict[tuple, list] = {}
 # Rules not worth a signature: no results to describe.
 _UNCACHED_RULES = frozenset({"none", "value"})
+
+
+def _remember(key: tuple, metas: list) -> None:
+    if len(_DERIVED) >= 8192:
+        _DERIVED.clear()
+    _DERIVED[key] = metas
 _PLAIN = frozenset({int, float, bool, complex, str, type(None), type(Ellipsis)})
 
 
@@ -209,9 +222,7 @@ def forward(name: str, args: tuple, kwargs: dict, entry: Entry | None = None) ->
     if metas is None:
         metas = derive(entry, args, kwargs, meta_of)
         if key is not None and metas is not None and rule not in _UNCACHED_RULES:
-            if len(_DERIVED) >= 8192:
-                _DERIVED.clear()
-            _DERIVED[key] = metas
+            _remember(key, metas)
     out = kwargs.get("out")
     if rule in ("none", "self") or out is not None:
         session.call(name, args, kwargs, (), remote, stream, where, key, proxies)

@@ -284,7 +284,9 @@ class Session:
         plan = self._plan(op.call.name)
         if op.call.results and plan.rule in ("none", "self", "value"):
             raise ProtocolError(f"{plan.name} returns no array, but the op names result handles")
-        self._templates[tid] = templates.define(op, plan, len(self.backend.props))
+        t = self._templates[tid] = templates.define(op, plan, len(self.backend.props))
+        if plan.kind == "function":
+            t.function = self._function(plan.name)
 
     def _async_replay(self, op: pb.Op) -> None:
         """A Replay op that wants no reply: a malformed one is reported at the next sync point."""
@@ -348,8 +350,11 @@ class Session:
             i = k
 
     def _replay_call(self, t: templates.Template, handles: list, results: list) -> None:
-        resolve = self._resolve
-        arrays = [resolve(h) for h in handles]
+        table = self.handles
+        try:
+            arrays = [table[h] for h in handles]
+        except KeyError:
+            arrays = [self._resolve(h) for h in handles]    # raises Poisoned, or names the handle
         args, kwargs = t.fill(arrays)
         metas = tuple([(a.shape, a.dtype) for a in arrays])
         if metas != t.metas:        # the bound depends on nothing else that can change
@@ -365,12 +370,27 @@ class Session:
         try:
             if self.backend.scoped:
                 with self.backend.activate(device, t.stream, self.streams):
-                    result = self._invoke(t.plan, args, kwargs, t.op)
+                    result = self._run_template(t, args, kwargs)
             else:
-                result = self._invoke(t.plan, args, kwargs, t.op)
+                result = self._run_template(t, args, kwargs)
         finally:
             flow.leave(mark, t.stream, self.streams)
-        self._bind_result(t.plan, result, results, device, args, kwargs)
+        if len(results) == 1 and self.backend.is_array(result):
+            if _STRICT_META:
+                self._check_meta(t.entry, args, kwargs, [result])
+            self._bind_one(results[0], result, device)
+        else:
+            self._bind_result(t.plan, result, results, device, args, kwargs)
+
+    def _run_template(self, t: templates.Template, args: tuple, kwargs: dict):
+        if t.function is not None:
+            return t.function(*args, **kwargs)
+        if t.method is not None and args and self.backend.is_array(args[0]):
+            result = getattr(args[0], t.method)(*args[1:], **kwargs)
+            if result is NotImplemented:
+                raise TypeError(f"unsupported operand type(s) for {t.method}")
+            return result
+        return self._invoke(t.plan, args, kwargs, t.op)
 
     def run_op(self, op: pb.Op, next_message) -> Iterator[pb.ServerMessage]:
         kind = op.WhichOneof("kind")

@@ -15,7 +15,8 @@ import numpy
 
 from gpuremote._config import DEFAULTS
 from gpuremote.errors import ProtocolError
-from gpuremote.surface import SURFACE
+from gpuremote.meta import FUNCTION_METHODS
+from gpuremote.surface import PROPERTIES, SURFACE
 from gpuremote.wire import pb
 from gpuremote.wire.codec import decode
 
@@ -31,7 +32,7 @@ class Slot:
 
 class Template:
     __slots__ = ("name", "entry", "plan", "device", "stream", "site", "args", "kwargs", "slots", "results",
-                 "top", "metas", "need", "op")
+                 "top", "metas", "need", "op", "method", "function")
 
     def fill(self, arrays: list) -> tuple[tuple, dict]:
         """The call's (args, kwargs) with `arrays` in its slots."""
@@ -104,4 +105,11 @@ def define(op: pb.Op, plan, n_devices: int) -> Template:
     t.need = 0
     t.op = pb.Op(device=op.device, stream=op.stream, site=t.site)   # what _invoke reads of an op
     t.op.call.name = plan.name
+    # A plain array method (not a property, not indexing, not one NumPy lacks), called directly;
+    # `function` is set by the session (a backend function); otherwise Session._invoke runs it.
+    attr = t.entry.attr
+    plain = plan.kind == "method" and attr not in PROPERTIES and attr not in FUNCTION_METHODS \
+        and attr != "__getitem__"
+    t.method = attr if plain else None
+    t.function = None
     return t
