@@ -425,8 +425,24 @@ def calls(draw, op: pb.Op) -> None:
         values = values[:-1] if values else [vpb.Value(int_value=1)]
     c.kwarg_values.extend(values)
     c.results.extend(draw(st.lists(st.one_of(st.integers(5, 12), st.sampled_from(SETUP_HANDLES), U64), max_size=3)))
+    if draw(st.integers(0, 2)) == 0:                              # also defines a call template
+        c.define_template = draw(TEMPLATE_IDS)
     if not (c.args or c.kwarg_names or c.kwarg_values or c.results):
         c.SetInParent()
+
+
+TEMPLATE_IDS = st.one_of(st.integers(1, 4), st.sampled_from([0, 1024, 1025, 2**32 - 1]))
+
+
+@st.composite
+def replays(draw, op: pb.Op) -> None:
+    """Fill op.replay: template ids (defined or not, 0 = release), handles, results, cut anywhere."""
+    calls = []
+    for _ in range(draw(st.integers(0, 6))):
+        calls.append(draw(TEMPLATE_IDS))
+        calls.extend(draw(st.lists(HANDLES, max_size=3)))
+    op.replay.calls.extend(calls)
+    op.replay.SetInParent()
 
 
 CHUNK_PLANS = ["exact", "exact", "none", "short", "long", "wrong seq", "wrong offset", "extra", "batch between"]
@@ -475,7 +491,8 @@ def uploads(draw, op: pb.Op) -> list[pb.ClientMessage]:
     return out
 
 
-OP_KINDS = ["call", "call", "call", "call", "release", "upload", "upload", "fetch", "describe", "sync", "none"]
+OP_KINDS = ["call", "call", "call", "call", "replay", "replay", "release", "upload", "upload", "fetch", "describe",
+            "sync", "none"]
 
 
 @st.composite
@@ -494,6 +511,8 @@ def batches(draw, first_seq: int) -> list[pb.ClientMessage]:
         kind = draw(st.sampled_from(OP_KINDS))
         if kind == "call":
             draw(calls(op))
+        elif kind == "replay":
+            draw(replays(op))
         elif kind == "release":
             op.release.handles.extend(draw(st.lists(HANDLES, max_size=4)))
         elif kind == "upload":

@@ -32,12 +32,15 @@ class Slot:
 
 class Template:
     __slots__ = ("name", "entry", "plan", "device", "stream", "site", "args", "kwargs", "slots", "results",
-                 "top", "metas", "need", "op", "method", "function")
+                 "top", "tail", "metas", "need", "op", "method", "function")
 
     def fill(self, arrays: list) -> tuple[tuple, dict]:
         """The call's (args, kwargs) with `arrays` in its slots."""
+        tail = self.tail
+        if tail is not None:     # the slots lead the arguments, constants follow: `x + 1`, `a @ b`
+            return (*arrays, *tail), self.kwargs
         top = self.top
-        if top is not None:      # every slot is a positional argument of its own: the common case
+        if top is not None:      # every slot is a positional argument of its own
             args = list(self.args)
             for position, index in top:
                 args[position] = arrays[index]
@@ -101,6 +104,9 @@ def define(op: pb.Op, plan, n_devices: int) -> Template:
     t.results = len(call.results)
     top = [(i, a.index) for i, a in enumerate(t.args) if type(a) is Slot]
     t.top = tuple(top) if len(top) == t.slots else None
+    leading = t.top is not None and all(position == index for position, index in t.top) \
+        and not any(type(a) is Slot for a in t.args[t.slots:])
+    t.tail = t.args[t.slots:] if leading else None
     t.metas = None          # the slot arrays' (shape, dtype)s the bound `need` was computed for
     t.need = 0
     t.op = pb.Op(device=op.device, stream=op.stream, site=t.site)   # what _invoke reads of an op
