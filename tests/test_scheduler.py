@@ -95,3 +95,38 @@ def test_overhead_per_op_is_small():
 def test_a_bad_share_is_refused():
     with pytest.raises(ValueError, match="not in"):
         scheduler().flow("x", 0)
+
+
+def test_a_held_stretch_is_one_turn_and_gives_way_to_a_waiter():
+    from gpuremote.daemon.scheduler import Hold
+    sched = scheduler(anticipate_s=0.0)
+    a, b = sched.flow("a", 0.5), sched.flow("b", 0.5)
+    hold = Hold(None)
+    for _ in range(5):                  # five calls on one stream: the device is taken once
+        hold.take(a, 0)
+        time.sleep(0.002)
+        hold.call_done()
+    assert sched._running is a and a.used_s == 0.0     # still held, nothing charged yet
+    entered = threading.Event()
+
+    def other():
+        mark = b.enter()
+        entered.set()
+        b.leave(mark)
+    t = threading.Thread(target=other)
+    t.start()
+    deadline = time.monotonic() + 10
+    while not sched._waiting and time.monotonic() < deadline:   # b queues behind the held device
+        time.sleep(0.001)
+    assert sched._waiting and not entered.is_set()
+    hold.take(a, 0)                     # the call in progress finishes ...
+    hold.call_done()                    # ... and the waiter gets the device
+    assert entered.wait(10)
+    t.join(10)
+    assert a.used_s >= 0.01             # the stretch was charged as one op
+    hold.take(a, 1)                     # another stream is another turn
+    assert sched._running is a
+    hold.drop()
+    assert sched._running is None
+    a.release()
+    b.release()

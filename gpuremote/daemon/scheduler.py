@@ -11,6 +11,9 @@ the device, and waiting ops are served by lowest start tag. So a flow that has u
 its share while others wait is served after them, and a flow coming back from idle does not
 bring credit (it starts at V).
 
+A Replay run (call templates) holds the device across its calls while no other flow waits
+(`Hold`): the whole stretch is charged as one op, bookkeeping between the calls included.
+
 Sessions are closed loops (one op in flight each), so at the moment an op leaves, the flow that
 is *behind* is usually not waiting yet: it is a few microseconds from its next op. When the
 leaving flow is behind every waiter, the device is held for it for `scheduler_anticipate_s`
@@ -56,7 +59,7 @@ class Flow:
     key gets the same Flow while any holder keeps it.
     """
 
-    __slots__ = ("sched", "key", "share", "start", "finish", "refs", "used_s", "pending", "ops")
+    __slots__ = ("sched", "key", "share", "start", "finish", "refs", "used_s", "pending")
 
     def __init__(self, sched: "DeviceScheduler", key: str, share: float):
         self.sched = sched
@@ -67,7 +70,6 @@ class Flow:
         self.refs = 0
         self.used_s = 0.0        # device time charged to this flow
         self.pending: collections.deque = collections.deque()   # cupy: measurements not done yet
-        self.ops = 0
 
     def enter(self, stream: int = 0, streams: dict | None = None) -> Any:
         """Wait for this flow's turn on the device; returns the mark `leave` takes."""
@@ -92,7 +94,6 @@ class Flow:
         s = self.sched
         spent = _perf_counter() - mark if s._host_clock else s._end(mark, s.index, stream, streams)
         s._lock.acquire()
-        self.ops += 1
         if spent.__class__ is float:
             self.finish = self.start + spent / self.share
             self.used_s += spent
@@ -130,6 +131,41 @@ class Flow:
     def release(self) -> None:
         """Drop one holder; the flow is forgotten when none is left."""
         self.sched._drop(self)
+
+
+class Hold:
+    """A device held across consecutive calls of one flow and stream (a Replay run) while no
+    other flow waits: one enter and one leave for the stretch, charged as one op, instead of a
+    pair per call. Another flow's arrival ends the stretch after the call that is running (as it
+    would have to wait for that call anyway), and from then on each call takes its own turn."""
+
+    __slots__ = ("flow", "stream", "streams", "mark")
+
+    def __init__(self, streams: dict | None):
+        self.flow: Flow | None = None
+        self.stream = 0
+        self.streams = streams
+        self.mark: Any = None
+
+    def take(self, flow: Flow, stream: int) -> None:
+        """Hold `flow`'s device for a call on `stream` (waiting for the turn unless already held)."""
+        if self.flow is flow and self.stream == stream:
+            return
+        self.drop()
+        self.mark = flow.enter(stream, self.streams)
+        self.flow, self.stream = flow, stream
+
+    def call_done(self) -> None:
+        """Between two calls: give the device back if another flow is waiting for it."""
+        f = self.flow
+        if f is not None and f.sched._waiting:    # read without the lock: at worst one call late
+            self.drop()
+
+    def drop(self) -> None:
+        f = self.flow
+        if f is not None:
+            self.flow = None
+            f.leave(self.mark, self.stream, self.streams)
 
 
 class DeviceScheduler:

@@ -22,6 +22,7 @@ from gpuremote._config import DEFAULTS
 from gpuremote.daemon import growth, templates
 from gpuremote.daemon.admission import Tenancy
 from gpuremote.daemon.backends.base import Backend
+from gpuremote.daemon.scheduler import Hold
 from gpuremote.errors import (LimitExceededError, ProtocolError, UnsupportedOperationError,
                               wire_type_name)
 from gpuremote.meta import NOT_ARRAY, array_method, derive
@@ -301,6 +302,13 @@ class Session:
         """Run the calls of a Replay op in order; each fails (poisons, defers) on its own, as a Call.
         A template id this session has not defined, or a run that ends inside a call, stops the run."""
         calls = list(op.replay.calls)
+        hold = Hold(self.streams)
+        try:
+            self._run_replay(op, calls, hold)
+        finally:
+            hold.drop()
+
+    def _run_replay(self, op: pb.Op, calls: list, hold: Hold) -> None:
         found = self._templates.get
         limit = self.limits.max_ops_per_batch
         n, i, count = len(calls), 0, 0
@@ -337,7 +345,7 @@ class Session:
             results = calls[j:k]
             self.ops += 1
             try:
-                self._replay_call(t, calls[i + 1:j], results)
+                self._replay_call(t, calls[i + 1:j], results, hold)
             except _StreamBroken:
                 raise
             except Poisoned as exc:
@@ -346,10 +354,11 @@ class Session:
                 err = self._error_at(t.name, op.seq + count, t.site, exc)
                 self._poison_handles(results, err)
                 self._defer(err)
+            hold.call_done()
             count += 1
             i = k
 
-    def _replay_call(self, t: templates.Template, handles: list, results: list) -> None:
+    def _replay_call(self, t: templates.Template, handles: list, results: list, hold: Hold) -> None:
         table = self.handles
         try:
             arrays = [table[h] for h in handles]
@@ -366,15 +375,12 @@ class Session:
             raise self.tenancy.not_granted(device)
         if t.need:
             self.memory[device].check(t.need)
-        mark = flow.enter(t.stream, self.streams)
-        try:
-            if self.backend.scoped:
-                with self.backend.activate(device, t.stream, self.streams):
-                    result = self._run_template(t, args, kwargs)
-            else:
+        hold.take(flow, t.stream)
+        if self.backend.scoped:
+            with self.backend.activate(device, t.stream, self.streams):
                 result = self._run_template(t, args, kwargs)
-        finally:
-            flow.leave(mark, t.stream, self.streams)
+        else:
+            result = self._run_template(t, args, kwargs)
         if len(results) == 1 and self.backend.is_array(result):
             if _STRICT_META:
                 self._check_meta(t.entry, args, kwargs, [result])
