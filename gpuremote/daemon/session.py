@@ -223,6 +223,11 @@ class Session:
                 raise SessionEnded(self.ending)
             kind = op.WhichOneof("kind")
             if op.reply:
+                if kind == "sync" and not self._deferred and not self._dropped and self.drain_deadline is None:
+                    reply = self._quiet_sync(op)    # the common sync point, built directly
+                    if reply is not None:
+                        yield reply
+                        continue
                 yield from self.run_op(op, next_message)
             elif kind == "call":
                 async_call(op)              # the hot path: no reply, so no generator either
@@ -230,6 +235,23 @@ class Session:
                 self._async_replay(op)
             else:
                 yield from self.run_op(op, next_message)
+
+    def _quiet_sync(self, op: pb.Op) -> pb.ServerMessage | None:
+        """run_op's reply to a sync on a usable device with nothing to report; None when the sync is
+        not that simple (run_op then answers it, errors included)."""
+        device = op.device
+        if device >= len(self.flows) or self.flows[device] is None:
+            return None
+        try:
+            self.backend.synchronize(device, None if op.sync.all_streams else op.stream, self.streams)
+        except Exception:
+            return None
+        self.ops += 1
+        reply = pb.ServerMessage()
+        r = reply.reply
+        r.seq = op.seq
+        r.value.none.SetInParent()
+        return reply
 
     def _refuse_batch(self, batch: pb.OpBatch, next_message) -> Iterator[pb.ServerMessage]:
         """Run none of an oversized batch, but answer it: every op that wants a reply gets the error
