@@ -223,8 +223,8 @@ class Session:
                 raise SessionEnded(self.ending)
             kind = op.WhichOneof("kind")
             if op.reply:
-                if kind == "sync" and not self._deferred and not self._dropped and self.drain_deadline is None:
-                    reply = self._quiet_sync(op)    # the common sync point, built directly
+                if not self._deferred and not self._dropped and self.drain_deadline is None:
+                    reply = self._quiet(op, kind)   # the common sync points, answered directly
                     if reply is not None:
                         yield reply
                         continue
@@ -236,21 +236,37 @@ class Session:
             else:
                 yield from self.run_op(op, next_message)
 
-    def _quiet_sync(self, op: pb.Op) -> pb.ServerMessage | None:
-        """run_op's reply to a sync on a usable device with nothing to report; None when the sync is
-        not that simple (run_op then answers it, errors included)."""
+    def _quiet(self, op: pb.Op, kind: str) -> pb.ServerMessage | None:
+        """run_op's reply to a sync, or to a fetch of a small contiguous array, on a usable device
+        when there is nothing else to report; None when the op is not that simple (run_op then
+        answers it, errors included)."""
         device = op.device
         if device >= len(self.flows) or self.flows[device] is None:
             return None
+        reply = pb.ServerMessage()
+        r = reply.reply
         try:
-            self.backend.synchronize(device, None if op.sync.all_streams else op.stream, self.streams)
+            if kind == "sync":
+                self.backend.synchronize(device, None if op.sync.all_streams else op.stream, self.streams)
+                r.value.none.SetInParent()
+            elif kind == "fetch":
+                arr = self.handles.get(op.fetch.handle)
+                if arr is None or not arr.flags.c_contiguous or \
+                        arr.nbytes > (DEFAULTS.inline_bytes if self._bulk is None else self._bulk.inline_bytes):
+                    return None
+                if self.backend.scoped:
+                    with self.backend.activate(device, op.stream, self.streams):
+                        host = numpy.asarray(self.backend.to_host(arr))
+                else:
+                    host = self.backend.to_host(arr)
+                fill_array(r.value.array, host)
+                self.bytes_d2h += host.nbytes
+            else:
+                return None
         except Exception:
             return None
         self.ops += 1
-        reply = pb.ServerMessage()
-        r = reply.reply
         r.seq = op.seq
-        r.value.none.SetInParent()
         return reply
 
     def _refuse_batch(self, batch: pb.OpBatch, next_message) -> Iterator[pb.ServerMessage]:
