@@ -1,20 +1,23 @@
 """The training example locally (NumPy as CuPy, computed in the process) and under
 `gpuremote run` (emulated device, embedded daemon over loopback), side by side in one run.
 
-    python benchmarks/train_overhead.py [--repeats 3] [--epochs 20] [--sizes 64x128,256x1024] [--json FILE]
+    python benchmarks/train_overhead.py [--repeats 3] [--epochs 20] [--sizes 64x128,256x1024]
+                                        [--without-templates] [--json FILE]
 
 Both sides run examples/train_mlp.py as a subprocess and report the time of its train() call
 (the example prints it; start-up and loading the dataset are excluded on both sides); runs
 alternate so that drift on a noisy machine hits both alike. Target: remote / local <= 1.25 at
 the example's defaults (batch 64, hidden 128). `--sizes BATCHxHIDDEN,...` adds larger models,
 to show how the ratio falls as each op does more work: gpuremote adds a roughly fixed cost per
-op, NumPy's own cost per op grows with the arrays.
+op, NumPy's own cost per op grows with the arrays. `--without-templates` adds a third run of each
+size with call templates turned off (GPUREMOTE_MAX_TEMPLATES=0), to show what replaying saves.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import pathlib
 import re
 import statistics
@@ -31,8 +34,8 @@ TARGET = 1.25
 DEFAULT_SIZE = (64, 128)
 
 
-def timed(cmd: list[str]) -> tuple[float, str]:
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+def timed(cmd: list[str], env: dict | None = None) -> tuple[float, str]:
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed:\n{done.stderr}")
     m = re.search(r"^time ([0-9.]+) s$", done.stderr, re.M)
@@ -54,19 +57,29 @@ def sizes(text: str) -> list[tuple[int, int]]:
 def measure(size: tuple[int, int], args, stats_file: str) -> dict:
     batch, hidden = size
     extra = ["--epochs", str(args.epochs), "--batch", str(batch), "--hidden", str(hidden)]
-    local, remote = [], []
+    remote_cmd = [sys.executable, "-m", "gpuremote.cli", "run", "--stats-json", stats_file, "--",
+                  sys.executable, EXAMPLE, *extra]
+    local, remote, plain = [], [], []
     for _ in range(args.repeats):
         t, out_local = timed([sys.executable, EXAMPLE, "--numpy", *extra])
         local.append(t)
-        t, out_remote = timed([sys.executable, "-m", "gpuremote.cli", "run", "--stats-json", stats_file, "--",
-                               sys.executable, EXAMPLE, *extra])
+        if args.without_templates:
+            t, out_plain = timed(remote_cmd, dict(os.environ, GPUREMOTE_MAX_TEMPLATES="0"))
+            plain.append(t)
+            if out_local != out_plain:
+                raise SystemExit(f"at batch {batch}, hidden {hidden} the run without templates printed different results")
+        t, out_remote = timed(remote_cmd)
         remote.append(t)
         if out_local != out_remote:
             raise SystemExit(f"at batch {batch}, hidden {hidden} the remote run printed different results")
     stats = json.loads(pathlib.Path(stats_file).read_text())
     ratio = statistics.median(remote) / statistics.median(local)
-    return {"batch": batch, "hidden": hidden, "local_s": local, "remote_s": remote, "ratio": ratio,
-            "ops": stats["ops"], "stats": stats}
+    out = {"batch": batch, "hidden": hidden, "local_s": local, "remote_s": remote, "ratio": ratio,
+           "ops": stats["ops"], "stats": stats}
+    if plain:
+        out["remote_without_templates_s"] = plain
+        out["ratio_without_templates"] = statistics.median(plain) / statistics.median(local)
+    return out
 
 
 def main() -> int:
@@ -75,6 +88,8 @@ def main() -> int:
     parser.add_argument("--epochs", type=int, default=20)
     parser.add_argument("--sizes", type=sizes, default=[DEFAULT_SIZE],
                         help="BATCHxHIDDEN,... (default: the example's 64x128)")
+    parser.add_argument("--without-templates", action="store_true",
+                        help="also run the remote side with call templates off, side by side")
     parser.add_argument("--json", metavar="FILE")
     args = parser.parse_args()
     results = []
@@ -83,14 +98,19 @@ def main() -> int:
             results.append(measure(size, args, f"{tmp}/stats.json"))
     table = Table(title="train_mlp.py train(): local NumPy vs gpuremote run (emulated, loopback); "
                         "medians; size is batch x hidden")
+    plain = args.without_templates
     for col in ("size", "local s", "remote s", "ratio", "local us/op", "remote us/op", "target"):
         table.add_column(col, justify="right")
+        if plain and col == "ratio":
+            table.add_column("ratio, no templates", justify="right")
     for r in results:
         local, remote = statistics.median(r["local_s"]), statistics.median(r["remote_s"])
         default = (r["batch"], r["hidden"]) == DEFAULT_SIZE
         verdict = (f"<={TARGET}x {'PASS' if r['ratio'] <= TARGET else 'FAIL'}") if default else "-"
-        table.add_row(f"{r['batch']}x{r['hidden']}", f"{local:.3f}", f"{remote:.3f}", f"{r['ratio']:.2f}x",
-                      f"{local / r['ops'] * 1e6:.1f}", f"{remote / r['ops'] * 1e6:.1f}", verdict)
+        cells = [f"{r['batch']}x{r['hidden']}", f"{local:.3f}", f"{remote:.3f}", f"{r['ratio']:.2f}x"]
+        if plain:
+            cells.append(f"{r['ratio_without_templates']:.2f}x")
+        table.add_row(*cells, f"{local / r['ops'] * 1e6:.1f}", f"{remote / r['ops'] * 1e6:.1f}", verdict)
     console = Console()
     console.print(table)
     console.print("statistics of the last remote run: " + ", ".join(
