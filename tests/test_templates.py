@@ -20,6 +20,7 @@ from gpuremote.wire import pb
 
 from gpuremote.wire.codec import array_from_wire
 
+from conftest import DaemonProcess, backend_args
 from test_hostile import (H, assert_ok, batch, call, connected, error_of, fetch, opening,  # noqa: F401
                           raw_session, replies, sync, target, upload, victim)
 
@@ -127,6 +128,24 @@ def test_arrays_of_two_daemons_in_a_replayed_call(target, fresh_daemon):
             with pytest.raises(ValueError, match="mixes arrays from two daemons"):
                 a + b
             np.testing.assert_array_equal((a + a).get(), 2 * np.ones(3))
+
+
+def test_a_daemon_with_templates_off_gets_full_calls_only():
+    d = DaemonProcess(*backend_args(devices=1, memory="64MiB"), env={"GPUREMOTE_MAX_TEMPLATES": "0"})
+    try:
+        with connected(d.address) as (cp, session):
+            assert session.limits.max_templates == 0
+            x = cp.arange(3.0)
+            before = gpuremote.stats()["replayed"]
+            for _ in range(4):
+                np.testing.assert_array_equal((x * 2).get(), [0.0, 2.0, 4.0])
+            assert gpuremote.stats()["replayed"] == before and not session._templates
+        received, status = raw_session(d.address, [opening(), batch(
+            upload(1, 1, np.ones(2)), define(2, 1, "negative", (H(1),), results=(2,)), sync(3))])
+        assert status is None
+        assert "past this session's limit of 0" in replies(received)[3].deferred_errors[0].message
+    finally:
+        d.stop()
 
 
 # -- on the wire: malformed and hostile templates and replays -------------------------------------
