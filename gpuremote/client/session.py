@@ -85,7 +85,7 @@ class Session:
         self._flush_ops = DEFAULTS.batch_flush_ops
         self._batch_bytes = 0
         self._queued = 0            # calls queued in the batch, those inside Replay runs included
-        # Call templates: key -> (id, slot count); keys seen once (a second sighting defines one);
+        # Call templates: key -> template id; keys seen once (a second sighting defines one);
         # the open Replay run (its op and its integers), which the next other op or a flush closes.
         self._templates: dict[tuple, int] = {}
         self._sighted: dict[tuple, bool] = {}
