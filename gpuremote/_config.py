@@ -7,6 +7,7 @@ suffixes such as 64KiB, 16MiB, 8GiB). The comment beside each default says why i
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 
@@ -168,17 +169,30 @@ class Defaults:
 def _from_env(base: Defaults) -> Defaults:
     changes = {}
     for field in dataclasses.fields(base):
-        raw = os.environ.get("GPUREMOTE_" + field.name.upper())
+        name = "GPUREMOTE_" + field.name.upper()
+        raw = os.environ.get(name)
         if raw is None:
             continue
         if field.type == "str":
             changes[field.name] = raw.strip().lower()
-        elif field.type == "float":
-            changes[field.name] = float(raw)
-        elif field.name.endswith("bytes") or field.name == "emulate_memory":
-            changes[field.name] = parse_size(raw)
-        else:
-            changes[field.name] = int(raw)
+            continue
+        try:
+            if field.type == "float":
+                value = float(raw)
+                if not math.isfinite(value):
+                    raise ValueError("not a finite number")
+            elif field.name.endswith("bytes") or field.name == "emulate_memory":
+                value = parse_size(raw)
+            else:
+                value = int(raw)
+            if value < 0:
+                raise ValueError("negative")
+        except ValueError as exc:
+            kind = "a size such as 64KiB" if field.name.endswith("bytes") or field.name == "emulate_memory" \
+                else "a number" if field.type == "float" else "a whole number"
+            raise ValueError(f"environment variable {name}={raw!r} is not valid ({exc}): give {kind}, 0 or more, "
+                             f"or unset it (default {getattr(base, field.name)!r}; see gpuremote/_config.py)") from None
+        changes[field.name] = value
     return dataclasses.replace(base, **changes)
 
 

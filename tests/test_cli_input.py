@@ -1,15 +1,22 @@
-"""`gpuremote daemon` with bad input: a non-zero exit and a message that says what to do.
+"""`gpuremote daemon` with bad input (flags, GPUREMOTE_<NAME> tunables): a non-zero exit and a
+message that says what to do.
 
 Every daemon here is a subprocess with a timeout; one that starts by mistake is stopped.
 """
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
 
+import grpc
 import pytest
+
+from gpuremote._config import PROTOCOL_VERSION
+from gpuremote.v1 import daemon_pb2_grpc
+from gpuremote.wire import pb
 
 from conftest import DaemonProcess, backend_args
 
@@ -90,3 +97,29 @@ def test_cupy_backend_without_a_gpu():
     assert result.returncode == 1, (result.stdout, result.stderr)
     assert "cannot start the cupy backend" in result.stderr and "--backend emulated" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("name,value,hint", [
+    ("GPUREMOTE_MAX_TEMPLATES", "many", "a whole number"),
+    ("GPUREMOTE_MAX_TEMPLATES", "-1", "negative"),
+    ("GPUREMOTE_MAX_MESSAGE_BYTES", "lots", "a size such as 64KiB"),
+    ("GPUREMOTE_SCHEDULER_ANTICIPATE_S", "nan", "a number"),
+    ("GPUREMOTE_SCHEDULER_ANTICIPATE_S", "-0.5", "negative"),
+])
+def test_bad_tunable_in_the_environment(name, value, hint):
+    done = subprocess.run([sys.executable, "-c", "import gpuremote._config"], capture_output=True, text=True,
+                          timeout=60, env=dict(os.environ, **{name: value}))
+    assert done.returncode != 0
+    assert f"{name}={value!r} is not valid" in done.stderr and hint in done.stderr and "unset it" in done.stderr
+
+
+def test_a_tunable_past_the_wire_field_is_capped():
+    d = DaemonProcess(*backend_args(devices=1, memory="64MiB"), env={"GPUREMOTE_MAX_TEMPLATES": str(2**40)})
+    try:
+        with grpc.insecure_channel(d.address) as channel:
+            hello = pb.ClientMessage()
+            hello.open.protocol_version = PROTOCOL_VERSION
+            opened = next(iter(daemon_pb2_grpc.DaemonStub(channel).Session(iter([hello]), timeout=20)))
+        assert opened.opened.limits.max_templates == 2**32 - 1
+    finally:
+        d.stop()
