@@ -107,10 +107,10 @@ def daemon(listen, backend, devices, emulate, emulate_memory, max_sessions, drai
                                    "gpuremote daemon?) or HOST not an address of this machine? Pick a free port "
                                    "(or port 0 for any) and a local address such as 127.0.0.1 or 0.0.0.0")
     names = ", ".join(f"{p.index}: {p.name} ({p.total_memory / 2**30:.1f} GiB)" for p in dev.props)
+    stop = stop_on_signals()    # before the address is announced: a signal right after it stops us cleanly
     click.echo(f"gpuremote daemon {__version__} listening on {server.address} "
                f"(backend {dev.kind}; devices {names}; {security.describe()})", err=False)
     sys.stdout.flush()
-    stop = stop_on_signals()
     try:
         membership.start(server, listen)    # --pool: join it; --metrics-port: serve metrics
     except BaseException:

@@ -139,9 +139,9 @@ def local(pool_listen, daemon_listen, backend, emulate, emulate_memory, state_pa
               "  gpuremote smi                                  # hosts, devices, sessions, leases",
               f"(or name them: gpuremote run --pool {pool.address} ..., gpuremote smi --pool {pool.address})",
               "Stop with Ctrl-C."]
+    stop = stop_on_signals()    # before the addresses are announced: a signal right after them stops us cleanly
     click.echo("\n".join(lines))
     sys.stdout.flush()
-    stop = stop_on_signals()
     stop.wait()
     stop_all()
     click.echo("gpuremote local stopped")

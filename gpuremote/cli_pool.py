@@ -85,6 +85,7 @@ def pool(listen, state_path, lease_ttl, policy, oversubscribe_compute, verbose, 
                                    "gpuremote pool?) or HOST not an address of this machine? Pick a free port "
                                    "(or port 0 for any) and a local address such as 127.0.0.1 or 0.0.0.0")
     oversub = ", compute oversubscribed" if oversubscribe_compute else ""
+    stop = stop_on_signals()    # before the address is announced: a signal right after it stops us cleanly
     click.echo(f"gpuremote pool {__version__} listening on {server.address} (state {state_path}; "
                f"lease TTL {lease_ttl:g} s; policy {policy}{oversub}; {security.describe()})")
     metrics = None
@@ -98,7 +99,6 @@ def pool(listen, state_path, lease_ttl, policy, oversubscribe_compute, verbose, 
                                        "or 0 for any")
         click.echo(f"metrics on http://{listen.rpartition(':')[0]}:{metrics.port}/metrics")
     sys.stdout.flush()
-    stop = stop_on_signals()
     stop.wait()
     if metrics is not None:
         metrics.stop()
