@@ -221,6 +221,13 @@ class Session:
             raise self.lost
         if self.closed:
             raise DeviceLostError(f"the session with {self.address} is closed")
+        op = self._add_op(device, stream, site)
+        self._queued += 1
+        STATS.ops += 1
+        return op
+
+    def _add_op(self, device: int, stream: int, site: str) -> pb.Op:
+        """Append an op after what is queued: dropped arrays' releases first, the open Replay run closed."""
         if self._releases:
             self._queue_releases()
         if self._run is not None:
@@ -230,8 +237,6 @@ class Session:
         op.device = device
         op.stream = stream
         op.site = site
-        self._queued += 1
-        STATS.ops += 1
         return op
 
     def _fill_call(self, op: pb.Op, name: str, args: tuple, kwargs: dict, results) -> None:
@@ -294,15 +299,7 @@ class Session:
                     if len(self._sighted) >= 4096:
                         self._sighted.clear()
                     self._sighted[key] = True
-            if self._releases:
-                self._queue_releases()
-            if self._run is not None:
-                self._close_run()
-            op = self._ops.add()
-            op.seq = next(self._seq)
-            op.device = device
-            op.stream = stream
-            op.site = site
+            op = self._add_op(device, stream, site)
             try:
                 self._fill_call(op, name, args, kwargs, results)
                 if define and op.call.ByteSize() <= DEFAULTS.max_template_bytes:

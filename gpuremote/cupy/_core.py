@@ -218,10 +218,11 @@ def forward(name: str, args: tuple, kwargs: dict, entry: Entry | None = None) ->
     proxies: list = []
     # (a service of the daemon's own, such as an event's record, is never a template)
     key = _signature(name, args, kwargs, proxies) if not entry.service else None
-    metas = _DERIVED.get(key) if key is not None and rule not in _UNCACHED_RULES else None
+    cached = key is not None and rule not in _UNCACHED_RULES
+    metas = _DERIVED.get(key) if cached else None
     if metas is None:
         metas = derive(entry, args, kwargs, meta_of)
-        if key is not None and metas is not None and rule not in _UNCACHED_RULES:
+        if cached and metas is not None:
             _remember(key, metas)
     out = kwargs.get("out")
     if rule in ("none", "self") or out is not None:

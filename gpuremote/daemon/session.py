@@ -251,16 +251,9 @@ class Session:
                 r.value.none.SetInParent()
             elif kind == "fetch":
                 arr = self.handles.get(op.fetch.handle)
-                if arr is None or not arr.flags.c_contiguous or \
-                        arr.nbytes > (DEFAULTS.inline_bytes if self._bulk is None else self._bulk.inline_bytes):
+                if arr is None or not arr.flags.c_contiguous or arr.nbytes > self._inline_bytes():
                     return None
-                if self.backend.scoped:
-                    with self.backend.activate(device, op.stream, self.streams):
-                        host = numpy.asarray(self.backend.to_host(arr))
-                else:
-                    host = self.backend.to_host(arr)
-                fill_array(r.value.array, host)
-                self.bytes_d2h += host.nbytes
+                self._fetch(op, r)          # inline: nothing follows the reply
             else:
                 return None
         except Exception:
@@ -323,9 +316,7 @@ class Session:
         plan = self._plan(op.call.name)
         if op.call.results and plan.rule in ("none", "self", "value"):
             raise ProtocolError(f"{plan.name} returns no array, but the op names result handles")
-        t = self._templates[tid] = templates.define(op, plan, len(self.backend.props))
-        if plan.kind == "function":
-            t.function = self._function(plan.name)
+        self._templates[tid] = templates.define(op, plan, len(self.backend.props))
 
     def _async_replay(self, op: pb.Op) -> None:
         """A Replay op that wants no reply: a malformed one is reported at the next sync point."""
@@ -389,7 +380,7 @@ class Session:
             except Poisoned as exc:
                 self._poison_handles(results, exc.error)
             except Exception as exc:
-                err = self._error_at(t.name, op.seq + count, t.site, exc)
+                err = self._error_at(t.plan.name, op.seq + count, t.site, exc)
                 self._poison_handles(results, err)
                 self._defer(err)
             hold.call_done()
@@ -405,7 +396,7 @@ class Session:
         args, kwargs = t.fill(arrays)
         metas = tuple([(a.shape, a.dtype) for a in arrays])
         if metas != t.metas:        # the bound depends on nothing else that can change
-            t.need = growth.bound(t.entry, args, kwargs, self._meta_of)
+            t.need = growth.bound(t.plan.entry, args, kwargs, self._meta_of)
             t.metas = metas
         device = t.device
         flow = self.flows[device]
@@ -416,25 +407,10 @@ class Session:
         hold.take(flow, t.stream)
         if self.backend.scoped:
             with self.backend.activate(device, t.stream, self.streams):
-                result = self._run_template(t, args, kwargs)
+                result = self._invoke(t.plan, args, kwargs, t.op)
         else:
-            result = self._run_template(t, args, kwargs)
-        if len(results) == 1 and self.backend.is_array(result):
-            if _STRICT_META:
-                self._check_meta(t.entry, args, kwargs, [result])
-            self._bind_one(results[0], result, device)
-        else:
-            self._bind_result(t.plan, result, results, device, args, kwargs)
-
-    def _run_template(self, t: templates.Template, args: tuple, kwargs: dict):
-        if t.function is not None:
-            return t.function(*args, **kwargs)
-        if t.method is not None and args and self.backend.is_array(args[0]):
-            result = getattr(args[0], t.method)(*args[1:], **kwargs)
-            if result is NotImplemented:
-                raise TypeError(f"unsupported operand type(s) for {t.method}")
-            return result
-        return self._invoke(t.plan, args, kwargs, t.op)
+            result = self._invoke(t.plan, args, kwargs, t.op)
+        self._bind_result(t.plan, result, results, device, args, kwargs)
 
     def run_op(self, op: pb.Op, next_message) -> Iterator[pb.ServerMessage]:
         kind = op.WhichOneof("kind")
@@ -661,6 +637,11 @@ class Session:
             return
         is_array = self.backend.is_array
         if is_array(result):
+            if len(results) == 1:       # the common case: one array for one handle
+                if _STRICT_META:
+                    self._check_meta(plan.entry, args, kwargs, [result])
+                self._bind_one(results[0], result, device)
+                return
             items = (result,)
         else:
             items = list(result) if isinstance(result, (tuple, list)) else [result]
@@ -844,6 +825,10 @@ class Session:
                 raise _StreamBroken(f"upload for op {op.seq} announced {op.upload.chunks} chunk(s), but the "
                                     "stream holds something else; the session's stream is out of step")
 
+    def _inline_bytes(self) -> int:
+        """Largest array a reply carries inline on this session's channel."""
+        return DEFAULTS.inline_bytes if self._bulk is None else self._bulk.inline_bytes
+
     def _fetch(self, op: pb.Op, r: pb.Reply) -> Iterator[pb.ServerMessage]:
         arr = self._resolve(op.fetch.handle)
         if not arr.flags.c_contiguous:  # copied to a contiguous buffer first, as CuPy's get() does
@@ -852,7 +837,7 @@ class Session:
             host = numpy.asarray(self.backend.to_host(arr), order="C")
         self.bytes_d2h += host.nbytes
         chunk = self.limits.chunk_bytes
-        if host.nbytes <= (DEFAULTS.inline_bytes if self._bulk is None else self._bulk.inline_bytes):
+        if host.nbytes <= self._inline_bytes():
             fill_array(r.value.array, host)
             return iter(())
         n = -(-host.nbytes // chunk)

@@ -15,8 +15,6 @@ import numpy
 
 from gpuremote._config import DEFAULTS
 from gpuremote.errors import ProtocolError
-from gpuremote.meta import FUNCTION_METHODS
-from gpuremote.surface import PROPERTIES, SURFACE
 from gpuremote.wire import pb
 from gpuremote.wire.codec import decode
 
@@ -31,20 +29,14 @@ class Slot:
 
 
 class Template:
-    __slots__ = ("name", "entry", "plan", "device", "stream", "site", "args", "kwargs", "slots", "results",
-                 "top", "tail", "metas", "need", "op", "method", "function")
+    __slots__ = ("plan", "device", "stream", "site", "args", "kwargs", "slots", "results", "tail", "metas",
+                 "need", "op")
 
     def fill(self, arrays: list) -> tuple[tuple, dict]:
         """The call's (args, kwargs) with `arrays` in its slots."""
         tail = self.tail
         if tail is not None:     # the slots lead the arguments, constants follow: `x + 1`, `a @ b`
             return (*arrays, *tail), self.kwargs
-        top = self.top
-        if top is not None:      # every slot is a positional argument of its own
-            args = list(self.args)
-            for position, index in top:
-                args[position] = arrays[index]
-            return tuple(args), self.kwargs
         return _fill(self.args, arrays), {k: _fill(v, arrays) for k, v in self.kwargs.items()}
 
 
@@ -94,7 +86,7 @@ def define(op: pb.Op, plan, n_devices: int) -> Template:
         return s
 
     t = Template()
-    t.name, t.entry, t.plan = plan.name, SURFACE[plan.name], plan
+    t.plan = plan
     t.device, t.stream, t.site = op.device, op.stream, op.site[:512]
     t.args = tuple(decode(v, slot) for v in call.args)
     t.kwargs = {k: decode(v, slot) for k, v in zip(call.kwarg_names, call.kwarg_values)}
@@ -102,20 +94,13 @@ def define(op: pb.Op, plan, n_devices: int) -> Template:
     _check_constants(list(t.kwargs.values()))
     t.slots = len(slots)
     t.results = len(call.results)
-    top = [(i, a.index) for i, a in enumerate(t.args) if type(a) is Slot]
-    t.top = tuple(top) if len(top) == t.slots else None
-    leading = t.top is not None and all(position == index for position, index in t.top) \
+    # Slots that are the first positional arguments, in order, and nothing else: filled by joining.
+    leading = len(t.args) >= t.slots \
+        and all(type(a) is Slot and a.index == i for i, a in enumerate(t.args[:t.slots])) \
         and not any(type(a) is Slot for a in t.args[t.slots:])
     t.tail = t.args[t.slots:] if leading else None
     t.metas = None          # the slot arrays' (shape, dtype)s the bound `need` was computed for
     t.need = 0
     t.op = pb.Op(device=op.device, stream=op.stream, site=t.site)   # what _invoke reads of an op
     t.op.call.name = plan.name
-    # A plain array method (not a property, not indexing, not one NumPy lacks), called directly;
-    # `function` is set by the session (a backend function); otherwise Session._invoke runs it.
-    attr = t.entry.attr
-    plain = plan.kind == "method" and attr not in PROPERTIES and attr not in FUNCTION_METHODS \
-        and attr != "__getitem__"
-    t.method = attr if plain else None
-    t.function = None
     return t
