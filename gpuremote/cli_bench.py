@@ -149,9 +149,10 @@ class Remote:
 
     def d2h(self, host: numpy.ndarray, out: numpy.ndarray | None) -> None:
         src = self.src
-        result = self.session.request(lambda op: setattr(op.fetch, "handle", src), self.device, 0, "bench")
-        if out is not None:
-            numpy.copyto(out, result)       # what ndarray.get(out=pinned) does
+        # into=out: what ndarray.get(out=pinned) does (received, or written by the daemon, in place)
+        result = self.session.request(lambda op: setattr(op.fetch, "handle", src), self.device, 0, "bench", into=out)
+        if out is not None and result is not out:
+            numpy.copyto(out, result)
 
     def d2d(self, host: numpy.ndarray, out: numpy.ndarray | None) -> None:
         s = self.session

@@ -17,12 +17,13 @@ import warnings
 import numpy as np
 import pytest
 
+from gpuremote._config import DEFAULTS
 from gpuremote.transport import buffers, frames, shm
 from gpuremote.wire import pb
 
 from conftest import DaemonProcess, backend_args
 from test_transport_socket import _raw_open
-from transport_util import check_exact_bytes, connected, kill_mid_transfer, settle
+from transport_util import check_exact_bytes, connected, kill_mid_transfer, random_array, same_bytes, settle
 
 pytestmark = pytest.mark.skipif(not shm.supported(), reason="shared memory needs Linux memfds and Unix sockets")
 
@@ -296,3 +297,66 @@ def test_registering_past_the_segment_limits_ends_the_session(tight_daemon):
         assert any(b"past the limits of 2 segments" in e for e in errors), errors
     with connected(tight_daemon.address, "shm") as (cp, session):     # others are served as before
         assert int(cp.arange(10).sum()) == 45
+
+
+# -- fetches written straight into pinned memory (Fetch.land_segment) ---------------------------
+
+def test_pinned_fetch_is_written_in_place(daemon):
+    """x.get(out=pinned): the daemon copies once, into the client's segment; the ring stays unused."""
+    import gpuremote.cupyx as cx
+    rng = np.random.default_rng(7)
+    slot = DEFAULTS.ring_slot_bytes
+    with connected(daemon.address, "shm") as (cp, session):
+        link = session._link
+        for dtype, nbytes in ((np.uint8, link.inline_bytes + 1), (np.float32, slot - 4), (np.int64, slot + 8),
+                              (np.complex128, 3 * slot + 16), (np.uint8, 3 * slot + 7), (np.float64, 64 << 20)):
+            host = random_array(nbytes, dtype, rng)
+            dev = cp.asarray(host)
+            out = cx.empty_pinned(host.shape, dtype)
+            ring_before = link.rx.next
+            assert dev.get(out=out) is out
+            assert same_bytes(out, host) and link.rx.next == ring_before, (dtype, nbytes)
+            assert link._land is None
+        # a view at an offset inside a larger pinned buffer
+        big = cx.empty_pinned((3 << 20,), np.uint8)
+        part = big[12_345:12_345 + (1 << 20)]
+        host = random_array(1 << 20, np.uint8, rng)
+        cp.asarray(host).get(out=part)
+        assert same_bytes(part, host) and not big[:12_345].any()
+        # `out` of another shape is refused untouched, as before (nothing written into it)
+        wrong = cx.zeros_pinned((2, 1 << 19), np.uint8)
+        with pytest.raises(ValueError, match="shape"):
+            cp.asarray(host).get(out=wrong)
+        assert not wrong.any()
+    settle(daemon.info, None)
+
+
+def _fetch_landing(session, handle: int, segment: int, offset: int):
+    def fill(op):
+        op.fetch.handle = handle
+        op.fetch.land_segment, op.fetch.land_offset = segment, offset
+    return session.request(fill)
+
+
+def test_bad_landing_requests_fail_the_op_and_the_session_serves_on(daemon):
+    import gpuremote.cupyx as cx
+    from gpuremote.errors import ProtocolError
+    with connected(daemon.address, "shm") as (cp, session):
+        x = cp.arange(1 << 18, dtype=cp.float32)       # 1 MiB: past the inline size
+        pinned = cx.empty_pinned((1 << 18,), np.float32)
+        segment, offset = session._link.landing(pinned)  # registers the segment
+        session._link._land = None
+        with pytest.raises(ProtocolError, match="not registered"):
+            _fetch_landing(session, x._gr_handle, segment + 1000, 0)
+        with pytest.raises(ProtocolError, match="at offset"):
+            _fetch_landing(session, x._gr_handle, segment, offset + 4096)
+        with pytest.raises(ProtocolError, match="at offset"):
+            _fetch_landing(session, x._gr_handle, segment, 2**63)
+        assert int(x[-1]) == (1 << 18) - 1 and x.get()[7] == 7       # still served, in step
+    for transport, message in (("unix", "maps no client memory"), ("grpc", "no shared-memory data plane")):
+        with connected(daemon.address, transport) as (cp, session):
+            x = cp.arange(1 << 18, dtype=cp.float32)
+            with pytest.raises(ProtocolError, match=message):
+                _fetch_landing(session, x._gr_handle, 1, 0)
+            assert int(x[-1]) == (1 << 18) - 1
+    settle(daemon.info, None)

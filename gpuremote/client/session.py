@@ -457,6 +457,10 @@ class Session:
                 del self._ops[-1]
                 self._queued -= 1
                 raise
+            if into is not None and self._link is not None and op.WhichOneof("kind") == "fetch":
+                land = self._link.landing(into)     # pinned memory the daemon can write into: one copy
+                if land is not None:
+                    op.fetch.land_segment, op.fetch.land_offset = land
             seq = op.seq
             self._flush()
             start = time.perf_counter()

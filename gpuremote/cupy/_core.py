@@ -372,8 +372,12 @@ class ndarray:
 
         def fill(op):
             op.fetch.handle = handle
+        # The fetch may land in `out` (received or, pinned, written by the daemon) only when it is
+        # exactly this array's shape and dtype: otherwise `out` stays untouched until checked below.
+        exact = (isinstance(out, numpy.ndarray) and self._shape is not None and out.shape == self._shape
+                 and out.dtype == self._dtype)
         host = self._gr_session.request(fill, self._gr_remote, _stream_id(stream, self._gr_device), site(),
-                                        into=out if isinstance(out, numpy.ndarray) else None)
+                                        into=out if exact else None)
         if self._shape is None:
             self._shape, self._dtype = host.shape, host.dtype
         if out is not None:

@@ -29,6 +29,7 @@ from google.protobuf.message import DecodeError
 
 from gpuremote._config import DEFAULTS
 from gpuremote.daemon.session import _StreamBroken
+from gpuremote.errors import ProtocolError
 from gpuremote.transport.base import TransportError, Unavailable, host_id
 from gpuremote.transport.frames import ATTACH, ATTACHED, KIND_NAMES, FrameSocket, PeerClosed
 from gpuremote.transport.sockets import SocketEndpoint, tune
@@ -54,12 +55,14 @@ class _Record:
 
 
 class _Outgoing:
-    """The bytes of a fetch, yielded by Session.run_op after their Reply."""
+    """The bytes of a fetch, yielded by Session.run_op after their Reply; `land`: the client's
+    (shared segment, offset) to write them into, or None."""
 
-    __slots__ = ("flat",)
+    __slots__ = ("flat", "land")
 
-    def __init__(self, flat):
+    def __init__(self, flat, land=None):
         self.flat = flat
+        self.land = land
 
 
 class _Bulk:
@@ -81,9 +84,17 @@ class _Bulk:
         except (TransportError, EOFError, OSError) as exc:
             raise _StreamBroken(f"upload for op {seq}: {exc}") from exc
 
-    def outgoing(self, seq: int, flat):
-        """(chunks to announce in the Reply, what run_op yields after it)."""
-        return self.endpoint.fetch_chunks(flat.size), iter((_Outgoing(flat),))
+    def outgoing(self, seq: int, flat, segment: int = 0, offset: int = 0):
+        """(chunks to announce in the Reply, what run_op yields after it). A nonzero `segment`
+        asks for the bytes in the client's shared segment (Fetch.land_segment): one frame, checked
+        here, so that a bad request fails its op (ProtocolError) and the connection serves on."""
+        if not segment:
+            return self.endpoint.fetch_chunks(flat.size), iter((_Outgoing(flat),))
+        try:
+            self.endpoint.check_landing(segment, offset, flat.size)
+        except TransportError as exc:
+            raise ProtocolError(f"fetch for op {seq}: {exc}") from None
+        return 1, iter((_Outgoing(flat, (segment, offset)),))
 
 
 def _no_chunk_messages():
@@ -365,6 +376,6 @@ class DataPlane:
                     return False
                 for out in session.run_batch(msg.batch, _no_chunk_messages, bulk):
                     if type(out) is Outgoing:
-                        send_fetch(out.flat)
+                        send_fetch(out.flat, out.land)
                     else:
                         write(out)

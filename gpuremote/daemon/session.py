@@ -844,10 +844,14 @@ class Session:
         r.chunked.meta.dtype = host.dtype.str
         r.chunked.meta.shape.extend(host.shape)
         r.chunked.chunks = n
+        flat = host.reshape(-1).view(numpy.uint8)
         if self._bulk is not None:
-            r.chunked.chunks, extra = self._bulk.outgoing(op.seq, host.reshape(-1).view(numpy.uint8))
+            r.chunked.chunks, extra = self._bulk.outgoing(op.seq, flat, op.fetch.land_segment, op.fetch.land_offset)
             return extra
-        return self._chunks(op.seq, host.reshape(-1).view(numpy.uint8), chunk, n)
+        if op.fetch.land_segment:
+            raise ProtocolError("Fetch.land_segment names a shared segment, but this session has no shared-memory "
+                                "data plane (its bytes travel on the gRPC stream)")
+        return self._chunks(op.seq, flat, chunk, n)
 
     @staticmethod
     def _chunks(seq: int, flat: numpy.ndarray, chunk: int, n: int) -> Iterator[pb.ServerMessage]:

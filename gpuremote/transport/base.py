@@ -76,6 +76,11 @@ class Link:
         """Receive the `chunks` bulk frames of a fetch Reply into `out` (uint8, exactly its size)."""
         raise NotImplementedError
 
+    def landing(self, into: numpy.ndarray) -> tuple[int, int] | None:
+        """(segment, offset) the daemon may write a fetch into `into` at directly (Fetch.land_*),
+        or None: only a link that shares memory with the daemon (shm) has any."""
+        return None
+
     def close(self) -> None:
         """End the channel cleanly (the daemon sees an orderly end)."""
 

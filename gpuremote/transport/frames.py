@@ -9,7 +9,8 @@ followed by exactly `length` payload bytes:
   RAW       bulk bytes of the Upload (or fetch Reply) announced by the previous MSG
   SLOT      bulk bytes waiting in ring slot `aux`; payload: u64 byte count
   ACK       ring slot `aux` has been read and may be written again
-  SEGMENT   bulk bytes in registered shared segment `aux`; payload: u64 offset, u64 byte count
+  SEGMENT   bulk bytes in registered shared segment `aux`; payload: u64 offset, u64 byte count (client ->
+            daemon: an upload's bytes lie there; daemon -> client: a fetch's bytes were written there)
   REGISTER  shared segment `aux` (its memfd rides along as SCM_RIGHTS); payload: u64 size
   ERROR     daemon -> client before it closes a broken connection; payload: UTF-8 reason
   BYE       orderly end

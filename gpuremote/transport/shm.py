@@ -12,6 +12,8 @@ for its last ACKs.
 Pinned host arrays (cupyx.empty_pinned) live in shared memfd segments already
 (gpuremote/transport/buffers.py): the first upload from one sends its memfd (REGISTER), then
 each upload from it is one SEGMENT frame and the daemon copies straight out of it: one copy.
+A fetch into one (`x.get(out=pinned)`) names the segment in the op (Fetch.land_segment): the
+daemon copies straight into it and answers with a SEGMENT frame: one copy the other way too.
 The daemon checks every memfd it is given (sealed against shrinking, large enough, within the
 session's limits), so a client cannot make it fault on a truncated mapping.
 """
@@ -127,10 +129,25 @@ class _RingIO:
             elif kind == RAW and off + length <= out.size:
                 self.fs.read_into(memoryview(out)[off:off + length])
                 off += length
+            elif kind == SEGMENT and length == U64X2.size:
+                off += self._landed(aux, out)
             else:
                 raise TransportError(f"fetch: unexpected {KIND_NAMES.get(kind, kind)} frame ({length:,} bytes)")
         if off != out.size:
             raise TransportError(f"fetch delivered {off:,} of {out.size:,} bytes")
+
+    def _landed(self, segment: int, out: numpy.ndarray) -> int:
+        """A SEGMENT frame: the daemon wrote the fetch into the segment `landing` named. Usually
+        that memory is `out` itself; otherwise (a landing buffer of other shape) copy from it."""
+        offset, n = U64X2.unpack(self.fs.read_payload(U64X2.size))
+        land, self._land = self._land, None
+        if land is None or land[:3] != (segment, offset, n) or n != out.size:
+            raise TransportError(f"fetch: the daemon wrote {n:,} bytes to shared segment {segment} at {offset:,}, "
+                                 "which is not where this fetch asked for them")
+        src = numpy.frombuffer(land[3], numpy.uint8, count=n, offset=offset)
+        if src.ctypes.data != out.ctypes.data:
+            numpy.copyto(out, src)
+        return n
 
     segments = types.MappingProxyType({})      # registered shared segments (shm endpoints have some)
 
@@ -170,9 +187,6 @@ class _RingIO:
     def fetch_chunks(self, nbytes: int) -> int:
         return -(-nbytes // self.tx.slot_bytes)
 
-    def send_fetch(self, flat: numpy.ndarray) -> None:
-        self._send_chunks(flat)
-
 
 class ShmLink(_RingIO, SocketLink):
     """Client end."""
@@ -189,6 +203,7 @@ class ShmLink(_RingIO, SocketLink):
         self._registered: dict[int, buffers.SharedRef] = {}
         self._segment = None          # (ref, offset, mapping held) of the upload being planned
         self._segment_acks = 0
+        self._land = None             # (segment id, offset, bytes, mapping held) of the fetch asked to land
 
     def _control(self, kind: int, aux: int, length: int) -> None:
         if kind == ACK and not length:
@@ -199,29 +214,43 @@ class ShmLink(_RingIO, SocketLink):
             return
         super()._control(kind, aux, length)
 
-    def upload_chunks(self, flat: numpy.ndarray) -> int:
-        found = buffers.find_shared(flat)
+    def _shared(self, arr: numpy.ndarray):
+        """(ref, offset, mapping held) of the registered shared segment C-contiguous `arr` lies in,
+        registering it with the daemon first if need be; None when it lies in none, or when one
+        more segment would pass the daemon's per-session limits (it would end the session)."""
+        found = buffers.find_shared(arr)
         held = found[0].hold() if found else None
         if held is None:
-            self._segment = None
-            return -(-flat.size // self.tx.slot_bytes)
+            return None
         ref, offset = found
         for sid, old in list(self._registered.items()):     # the daemon unmaps segments that are gone here
             if not old.alive():
                 del self._registered[sid]
                 self.fs.send(FORGET, sid)
-        if ref.id not in self._registered and (
-                len(self._registered) >= DEFAULTS.shm_max_segments or
-                sum(r.size for r in self._registered.values()) + ref.size > DEFAULTS.shm_max_segment_bytes):
-            # Past the daemon's per-session limits (it would end the session): copy through the ring.
-            del held
-            self._segment = None
-            return -(-flat.size // self.tx.slot_bytes)
         if ref.id not in self._registered:
+            if len(self._registered) >= DEFAULTS.shm_max_segments or \
+                    sum(r.size for r in self._registered.values()) + ref.size > DEFAULTS.shm_max_segment_bytes:
+                return None
             self.fs.send(REGISTER, ref.id, U64.pack(ref.size), fds=[ref.fd])
             self._registered[ref.id] = ref
-        self._segment = (ref, offset, held)
-        return 1
+        return ref, offset, held
+
+    def upload_chunks(self, flat: numpy.ndarray) -> int:
+        self._segment = self._shared(flat)
+        return -(-flat.size // self.tx.slot_bytes) if self._segment is None else 1
+
+    def landing(self, into: numpy.ndarray) -> tuple[int, int] | None:
+        """(segment, offset) for Fetch.land_segment/land_offset when the daemon can write a fetch
+        straight into `into` (pinned memory: a registered shared segment), else None."""
+        self._land = None
+        if into.nbytes <= self.inline_bytes or not (into.flags.c_contiguous and into.flags.writeable):
+            return None     # small fetches ride inside the reply
+        shared = self._shared(into)
+        if shared is None:
+            return None
+        ref, offset, held = shared
+        self._land = (ref.id, offset, into.nbytes, held)
+        return ref.id, offset
 
     def send_upload(self, flat: numpy.ndarray) -> None:
         segment, self._segment = self._segment, None
@@ -300,6 +329,22 @@ class ShmEndpoint(_RingIO, SocketEndpoint):
                 self.segment_bytes -= seg.size
         else:
             super().control(kind, aux, length)
+
+    def check_landing(self, segment: int, offset: int, nbytes: int) -> None:
+        seg = self.segments.get(segment)
+        if seg is None or offset + nbytes > seg.size:
+            raise TransportError(f"a fetch asks for its {nbytes:,} bytes at offset {offset:,} of shared segment "
+                                 f"{segment}, which is {'not registered' if seg is None else f'{seg.size:,} bytes'}")
+
+    def send_fetch(self, flat: numpy.ndarray, land: tuple[int, int] | None = None) -> None:
+        """A fetch's bytes: straight into the client's segment when `land` names one (checked by
+        check_landing before the Reply went out; no frame since could have changed it), else the ring."""
+        if land is None:
+            self._send_chunks(flat)
+            return
+        segment, offset = land
+        numpy.copyto(self.segments[segment][offset:offset + flat.size], flat)
+        self.fs.send(SEGMENT, segment, U64X2.pack(offset, flat.size))
 
     def close(self) -> None:
         self.segments.clear()

@@ -257,7 +257,12 @@ class SocketEndpoint:
     def fetch_chunks(self, nbytes: int) -> int:
         return 1
 
-    def send_fetch(self, flat: numpy.ndarray) -> None:
+    def check_landing(self, segment: int, offset: int, nbytes: int) -> None:
+        """Raise TransportError unless a fetch may write its bytes into the client's shared segment."""
+        raise TransportError(f"a fetch asks for its bytes in shared segment {segment}, but this connection is the "
+                             f"{self.name} data plane, which maps no client memory (only shm does)")
+
+    def send_fetch(self, flat: numpy.ndarray, land: tuple[int, int] | None = None) -> None:
         self.fs.send_bulk(RAW, 0, memoryview(flat))
 
     def error(self, text: str) -> None:

@@ -213,10 +213,14 @@ class Upload(_message.Message):
     def __init__(self, handle: _Optional[int] = ..., meta: _Optional[_Union[_value_pb2.ArrayMeta, _Mapping]] = ..., data: _Optional[bytes] = ..., chunks: _Optional[int] = ...) -> None: ...
 
 class Fetch(_message.Message):
-    __slots__ = ("handle",)
+    __slots__ = ("handle", "land_segment", "land_offset")
     HANDLE_FIELD_NUMBER: _ClassVar[int]
+    LAND_SEGMENT_FIELD_NUMBER: _ClassVar[int]
+    LAND_OFFSET_FIELD_NUMBER: _ClassVar[int]
     handle: int
-    def __init__(self, handle: _Optional[int] = ...) -> None: ...
+    land_segment: int
+    land_offset: int
+    def __init__(self, handle: _Optional[int] = ..., land_segment: _Optional[int] = ..., land_offset: _Optional[int] = ...) -> None: ...
 
 class Describe(_message.Message):
     __slots__ = ("handle",)
