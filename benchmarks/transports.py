@@ -272,17 +272,22 @@ def transport_run(address: str, name: str, size: int, reps: int, rtt_iters: int,
             if i >= 2:
                 h2d.append(t1 - t)
                 d2h.append(t2 - t1)
-        pinned = []
-        if name == "shm":                   # from cupyx.empty_pinned: the daemon reads it in place (one copy)
+        pinned, pinned_d2h = [], []
+        if name == "shm":   # to and from cupyx.empty_pinned: the daemon reads and writes it in place (one copy)
             import gpuremote.cupyx as cx
             ph = cx.empty_pinned(size, numpy.uint8)
             ph[:] = 1
+            back = cx.empty_pinned(size, numpy.uint8)
+            back[:] = 0
             for i in range(reps + 2):
                 t = time.perf_counter()
                 y = cp.asarray(ph)
                 dev.synchronize()
+                t1 = time.perf_counter()
+                x.get(out=back)
                 if i >= 2:
-                    pinned.append(time.perf_counter() - t)
+                    pinned.append(t1 - t)
+                    pinned_d2h.append(time.perf_counter() - t1)
                 del y
         # Round trips, interleaved one by one (the order rotating) with a raw ping-pong over the same kind of
         # socket, so that drift and the CPUs' idle states hit each measurement alike.
@@ -314,7 +319,8 @@ def transport_run(address: str, name: str, size: int, reps: int, rtt_iters: int,
         rtt, sync, channel, raw_rtt = times["get"], times["sync"], times.get("channel", []), times["raw"]
         assert numpy.array_equal(x.get()[:1 << 20], host[:1 << 20])
         return {"transport": name, "path": actual, "h2d_s": h2d, "d2h_s": d2h, "rtt_s": rtt, "sync_s": sync,
-                "channel_s": channel, "h2d_pinned_s": pinned, "raw_rtt_s": raw_rtt, "raw_kind": kind}
+                "channel_s": channel, "h2d_pinned_s": pinned, "d2h_pinned_s": pinned_d2h, "raw_rtt_s": raw_rtt,
+                "raw_kind": kind}
     finally:
         gpuremote.disconnect()
 
@@ -441,8 +447,10 @@ def report(base: dict, results: list, size: int, elapsed: float) -> dict:
         h2d, d2h, rtt, sync = gbps(r["h2d_s"], size), gbps(r["d2h_s"], size), us(r["rtt_s"]), us(r["sync_s"])
         chan = us(r["channel_s"]) if r["channel_s"] else None
         pinned = gbps(r["h2d_pinned_s"], size) if r["h2d_pinned_s"] else None
+        pinned_d2h = gbps(r["d2h_pinned_s"], size) if r["d2h_pinned_s"] else None
         out["transports"][name] = {"path": r["path"], "h2d_gbps": h2d, "d2h_gbps": d2h, "rtt_us": rtt,
-                                   "sync_rtt_us": sync, "channel_rtt_us": chan, "h2d_pinned_gbps": pinned}
+                                   "sync_rtt_us": sync, "channel_rtt_us": chan, "h2d_pinned_gbps": pinned,
+                                   "d2h_pinned_gbps": pinned_d2h}
         checks = []
         if name == "grpc":
             checks.append(("bandwidth", f">= {TARGETS['grpc_gbps']} GB/s", min(h2d, d2h), min(h2d, d2h) >= TARGETS["grpc_gbps"]))
@@ -456,9 +464,10 @@ def report(base: dict, results: list, size: int, elapsed: float) -> dict:
                            ratio >= TARGETS["shm_vs_handoff"]))
             ratio = min(h2d, d2h) / base["memcpy"]["gbps"]
             checks.append(("bandwidth", f">= {TARGETS['shm_vs_memcpy']}x memcpy", ratio, ratio >= TARGETS["shm_vs_memcpy"]))
-            ratio = pinned / base["memcpy"]["gbps"]
-            checks.append((f"pinned H2D {pinned:.2f} GB/s", f">= {TARGETS['shm_vs_memcpy']}x memcpy", ratio,
-                           ratio >= TARGETS["shm_vs_memcpy"]))
+            for label, value in (("pinned H2D", pinned), ("pinned D2H", pinned_d2h)):
+                ratio = value / base["memcpy"]["gbps"]
+                checks.append((f"{label} {value:.2f} GB/s", f">= {TARGETS['shm_vs_memcpy']}x memcpy", ratio,
+                               ratio >= TARGETS["shm_vs_memcpy"]))
         raw_rtt_us = us(r["raw_rtt_s"])
         out["transports"][name]["raw_rtt_us_interleaved"] = raw_rtt_us
         if name != "grpc":
