@@ -23,6 +23,7 @@ import numpy
 from numpy.lib.array_utils import normalize_axis_index, normalize_axis_tuple
 from numpy.lib.stride_tricks import as_strided
 
+from gpuremote.memo import Memo
 from gpuremote.surface import PROPERTIES, Entry
 
 Meta = tuple[tuple[int, ...], numpy.dtype]
@@ -132,7 +133,7 @@ def _unit(m: Meta):
     return numpy.ones((1,) * len(m[0]), m[1])
 
 
-_VIRTUAL: dict = {}
+_VIRTUAL = Memo(4096)
 
 
 def virtual(m: Meta):
@@ -140,10 +141,7 @@ def virtual(m: Meta):
     Cached per (shape, dtype), since building one costs more than using it."""
     v = _VIRTUAL.get(m)
     if v is None:
-        v = as_strided(numpy.zeros((), m[1]), m[0], (0,) * len(m[0]), writeable=False)
-        if len(_VIRTUAL) > 4096:
-            _VIRTUAL.clear()
-        _VIRTUAL[m] = v
+        v = _VIRTUAL.put(m, as_strided(numpy.zeros((), m[1]), m[0], (0,) * len(m[0]), writeable=False))
     return v
 
 
@@ -153,7 +151,7 @@ def _small(m: Meta):
     return numpy.zeros(m[0], m[1])
 
 
-_DTYPE_CACHE: dict = {}
+_DTYPE_CACHE = Memo(8192)
 
 
 _PLAIN = (int, str, type(None), numpy.dtype)
@@ -198,11 +196,7 @@ def _cached_probe(entry: Entry, args, kwargs, meta_of, make) -> list[numpy.dtype
         return hit
     pargs = _substitute(args, make, meta_of)
     pkw = {k: _substitute(v, make, meta_of) for k, v in kwargs.items()}
-    dtypes = [m[1] for m in _metas(_quiet(_call, entry, pargs, pkw))]
-    if len(_DTYPE_CACHE) > 8192:
-        _DTYPE_CACHE.clear()
-    _DTYPE_CACHE[key] = dtypes
-    return dtypes
+    return _DTYPE_CACHE.put(key, [m[1] for m in _metas(_quiet(_call, entry, pargs, pkw))])
 
 
 def _shapes(objs, meta_of, out: list, depth=0):
@@ -593,8 +587,8 @@ def _value_args(entry: Entry, args: tuple, kwargs: dict, meta_of: MetaOf) -> Non
 
 
 _SCALARS = (int, float, bool, complex)
-_FAST_DTYPES: dict = {}
-_BROADCASTS: dict = {}
+_FAST_DTYPES = Memo(8192)
+_BROADCASTS = Memo(8192)
 
 
 def _broadcast(a: tuple, b: tuple) -> tuple:
@@ -602,10 +596,7 @@ def _broadcast(a: tuple, b: tuple) -> tuple:
     key = (a, b)
     shape = _BROADCASTS.get(key)
     if shape is None:
-        shape = numpy.broadcast_shapes(a, b)    # raises for incompatible shapes: never remembered
-        if len(_BROADCASTS) > 8192:
-            _BROADCASTS.clear()
-        _BROADCASTS[key] = shape
+        shape = _BROADCASTS.put(key, numpy.broadcast_shapes(a, b))  # raises for incompatible shapes: never remembered
     return shape
 
 
@@ -637,10 +628,7 @@ def fast_elementwise(entry: Entry, args: tuple, meta_of: MetaOf):
     key = tuple(key)
     dtypes = _FAST_DTYPES.get(key)
     if dtypes is None:
-        dtypes = _cached_probe(entry, args, {}, meta_of, _zero_d)
-        if len(_FAST_DTYPES) > 8192:
-            _FAST_DTYPES.clear()
-        _FAST_DTYPES[key] = dtypes
+        dtypes = _FAST_DTYPES.put(key, _cached_probe(entry, args, {}, meta_of, _zero_d))
     return [(shape, dt) for dt in dtypes]
 
 

@@ -29,6 +29,7 @@ import numpy
 from gpuremote._config import DEFAULTS, PROTOCOL_VERSION
 from gpuremote.client.stats import STATS
 from gpuremote.errors import DeviceLostError, LimitExceededError, ProtocolError, rebuild
+from gpuremote.memo import Memo
 from gpuremote.transport import attach as attach_link
 from gpuremote.transport import buffers, grpc_chunks, host_id
 from gpuremote.transport.base import PeerEnded
@@ -42,7 +43,7 @@ _CLOSE = None
 # same few (a learning rate, a batch size) thousands of times.
 _SCALAR_TYPES = frozenset(numpy.sctypeDict.values()) - {bool, int, float, complex, str, bytes, object,
                                                         numpy.str_, numpy.bytes_, numpy.void, numpy.object_}
-_SCALARS: dict = {}
+_SCALARS = Memo(4096)
 
 
 def _scalar_bytes(a) -> bytes:
@@ -51,10 +52,7 @@ def _scalar_bytes(a) -> bytes:
     if data is None:
         v = vpb.Value()
         encode(a, v, lambda obj: None)
-        data = v.SerializeToString()
-        if len(_SCALARS) > 4096:
-            _SCALARS.clear()
-        _SCALARS[key] = data
+        data = _SCALARS.put(key, v.SerializeToString())
     return data
 # Releases queued into one message at most: keeps it far below the message size limit.
 _RELEASES_PER_MESSAGE = 1 << 16
@@ -88,7 +86,7 @@ class Session:
         # Call templates: key -> template id; keys seen once (a second sighting defines one);
         # the open Replay run (its op and its integers), which the next other op or a flush closes.
         self._templates: dict[tuple, int] = {}
-        self._sighted: dict[tuple, bool] = {}
+        self._sighted = Memo(4096)
         self._template_ids = itertools.count(1)
         self._max_templates = 0
         self._run: list[int] | None = None
@@ -296,9 +294,7 @@ class Session:
                 if self._sighted.pop(key, False):
                     define = self._next_template()
                 else:
-                    if len(self._sighted) >= 4096:
-                        self._sighted.clear()
-                    self._sighted[key] = True
+                    self._sighted.put(key, True)
             op = self._add_op(device, stream, site)
             try:
                 self._fill_call(op, name, args, kwargs, results)

@@ -15,6 +15,7 @@ import numpy
 
 from gpuremote.client import context
 from gpuremote.client.session import Session
+from gpuremote.memo import Memo
 from gpuremote.meta import LIST_RESULTS, fast_elementwise, NOT_ARRAY, Unknown, derive, nout_of, returns_sequence
 from gpuremote.surface import SURFACE, Entry
 from gpuremote.wire.codec import check_dtype
@@ -22,8 +23,8 @@ from gpuremote.wire.codec import check_dtype
 _INLINE = None  # set lazily from DEFAULTS to keep import light
 
 
-_OWN_CODE: dict = {}    # code object -> whether it is gpuremote's own (skipped when naming the site)
-_SITES: dict = {}       # (code object, bytecode offset) -> "file:line"
+_OWN_CODE = Memo(65536)    # code object -> whether it is gpuremote's own (skipped when naming the site)
+_SITES = Memo(65536)       # (code object, bytecode offset) -> "file:line"
 
 
 def site() -> str:
@@ -33,17 +34,13 @@ def site() -> str:
         code = f.f_code
         own = _OWN_CODE.get(code)
         if own is None:
-            if len(_OWN_CODE) > 65536:
-                _OWN_CODE.clear()
-            own = _OWN_CODE[code] = f.f_globals.get("__name__", "").startswith("gpuremote.")
+            own = _OWN_CODE.put(code, f.f_globals.get("__name__", "").startswith("gpuremote."))
         if not own:
             # f_lineno decodes the line table; the offset is at hand, and loops repeat their sites
             key = (code, f.f_lasti)
             where = _SITES.get(key)
             if where is None:
-                if len(_SITES) > 65536:
-                    _SITES.clear()
-                where = _SITES[key] = f"{code.co_filename}:{f.f_lineno}"
+                where = _SITES.put(key, f"{code.co_filename}:{f.f_lineno}")
             return where
         f = f.f_back
     return ""
@@ -128,7 +125,7 @@ def elementwise_fast(name: str, entry: Entry, args: tuple):
         if metas is None:
             return None
         if key is not None:
-            _remember(key, metas)
+            _DERIVED.put(key, metas)
     if len(metas) != 1:
         return None
     session = p._gr_session
@@ -142,15 +139,9 @@ def elementwise_fast(name: str, entry: Entry, args: tuple):
 # Metadata derived for a call signature: a training loop makes the same calls on the same shapes
 # every step, and a dict lookup costs far less than running the metadata rule again. The same
 # signature (with the site) makes a call template of the session (client/session.py).
-_DERIVED: dict[tuple, list] = {}
+_DERIVED = Memo(8192)
 # Rules not worth a signature: no results to describe.
 _UNCACHED_RULES = frozenset({"none", "value"})
-
-
-def _remember(key: tuple, metas: list) -> None:
-    if len(_DERIVED) >= 8192:
-        _DERIVED.clear()
-    _DERIVED[key] = metas
 _PLAIN = frozenset({int, float, bool, complex, str, type(None), type(Ellipsis)})
 
 
@@ -223,7 +214,7 @@ def forward(name: str, args: tuple, kwargs: dict, entry: Entry | None = None) ->
     if metas is None:
         metas = derive(entry, args, kwargs, meta_of)
         if cached and metas is not None:
-            _remember(key, metas)
+            _DERIVED.put(key, metas)
     out = kwargs.get("out")
     if rule in ("none", "self") or out is not None:
         session.call(name, args, kwargs, (), remote, stream, where, key, proxies)
