@@ -32,12 +32,11 @@ import json
 import os
 import platform
 import queue
-import re
 import signal
-import subprocess
 import sys
-import threading
 import time
+
+from _child import Child
 
 ASYNC_TARGET_US = 15.0
 RTT_RATIO_TARGET = 1.5
@@ -67,57 +66,6 @@ def serve_echo() -> None:
     server.start()
     print(f"echo server listening on 127.0.0.1:{port}", flush=True)
     server.wait_for_termination()
-
-
-# -- subprocesses ---------------------------------------------------------------------------------
-class Child:
-    """A subprocess that prints `listening on HOST:PORT`; its later output is drained and kept."""
-
-    def __init__(self, name: str, cmd: list[str], timeout: float = 30.0):
-        self.name = name
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
-        env.pop("GPUREMOTE_STRICT_META", None)  # a test-only check that costs the daemon time per op
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-        self.tail: list[str] = []
-        self.address = self._wait_listening(timeout)
-        self._drainer = threading.Thread(target=self._drain, daemon=True)
-        self._drainer.start()
-
-    def _wait_listening(self, timeout: float) -> str:
-        result: list[str] = []
-
-        def read():
-            for line in self.proc.stdout:
-                self.tail = (self.tail + [line.rstrip()])[-20:]
-                m = re.search(r"listening on (\S+)", line)
-                if m:
-                    result.append(m.group(1))
-                    return
-
-        reader = threading.Thread(target=read, daemon=True)
-        reader.start()
-        reader.join(timeout)
-        if not result:
-            self.stop()
-            raise RuntimeError(f"{self.name} did not start within {timeout:g} s; its output:\n  "
-                               + "\n  ".join(self.tail or ["(none)"]))
-        return result[0]
-
-    def _drain(self) -> None:
-        try:
-            for line in self.proc.stdout:
-                self.tail = (self.tail + [line.rstrip()])[-20:]
-        except (ValueError, OSError):
-            pass
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
 
 
 # -- the bare gRPC client: the same round-trip mechanics as gpuremote.client.session ------------

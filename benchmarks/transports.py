@@ -34,12 +34,13 @@ import re
 import signal
 import socket
 import struct
-import subprocess
 import sys
 import threading
 import time
 
 import numpy
+
+from _child import Child
 
 RTT_BYTES = 64
 RING_SLOTS, RING_SLOT = 4, 4 * 2**20
@@ -325,39 +326,6 @@ def transport_run(address: str, name: str, size: int, reps: int, rtt_iters: int,
         gpuremote.disconnect()
 
 
-# -- subprocesses ------------------------------------------------------------------------------------
-class Child:
-    def __init__(self, cmd: list[str], timeout: float = 30):
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
-        env.pop("GPUREMOTE_STRICT_META", None)
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-        self.line = ""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            line = self.proc.stdout.readline()
-            if "listening on" in line:
-                self.line = line
-                threading.Thread(target=self._drain, daemon=True).start()
-                return
-            if not line and self.proc.poll() is not None:
-                break
-        self.stop()
-        raise RuntimeError(f"{cmd[:4]} did not start: {line!r}")
-
-    def _drain(self):
-        for _ in self.proc.stdout:
-            pass
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-
-
 def gbps(samples: list[float], size: int) -> float:
     return size / float(numpy.median(samples)) / 1e9
 
@@ -384,7 +352,7 @@ def main(argv=None) -> int:
     started = time.perf_counter()
     children = []
     try:
-        raw = Child([sys.executable, os.path.abspath(__file__), "--serve-raw", str(size)])
+        raw = Child("raw socket server", [sys.executable, os.path.abspath(__file__), "--serve-raw", str(size)])
         children.append(raw)
         m = re.search(r"listening on (\S+) unix:(\S+)", raw.line)
         addresses = {"tcp": m.group(1), "unix": m.group(2)}
@@ -396,10 +364,10 @@ def main(argv=None) -> int:
         base["shm_handoff"] = {"gbps": gbps(shm_handoff(addresses, size, reps, ring=False), size)}
         base["shm_ring"] = {"gbps": gbps(shm_handoff(addresses, size, reps, ring=True), size)}
         base["memcpy"] = {"gbps": gbps(memcpy(size, reps), size)}
-        daemon = Child([sys.executable, "-m", "gpuremote.cli", "daemon", "--insecure", "--listen", "127.0.0.1:0",
-                        "--backend", "emulated", "--emulate", "1", "--emulate-memory", str(max(2 * 2**30, 6 * size))])
+        daemon = Child("gpuremote daemon", [sys.executable, "-m", "gpuremote.cli", "daemon", "--insecure", "--listen",
+                                            "127.0.0.1:0", "--backend", "emulated", "--emulate", "1", "--emulate-memory", str(max(2 * 2**30, 6 * size))])
         children.append(daemon)
-        address = re.search(r"listening on (\S+)", daemon.line).group(1)
+        address = daemon.address
         results = []
         for name in ("grpc", "tcp", "unix", "shm", "verbs"):
             r = transport_run(address, name, size, reps if name != "grpc" else max(2, reps // 2),
