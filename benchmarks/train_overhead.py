@@ -111,7 +111,7 @@ def main() -> int:
         if plain:
             cells.append(f"{r['ratio_without_templates']:.2f}x")
         table.add_row(*cells, f"{local / r['ops'] * 1e6:.1f}", f"{remote / r['ops'] * 1e6:.1f}", verdict)
-    console = Console()
+    console = Console(width=None if sys.stdout.isatty() else 132)   # a log file gets whole columns
     console.print(table)
     console.print("statistics of the last remote run: " + ", ".join(
         f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v:,}" for k, v in results[-1]["stats"].items()))
