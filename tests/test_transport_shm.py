@@ -239,7 +239,7 @@ def test_hostile_bulk_frames_end_the_session(daemon, case):
         assert frames.ERROR in kinds and frames.MSG not in kinds, kinds
 
 
-@pytest.mark.parametrize("direction", ["upload", "fetch", "pinned"])
+@pytest.mark.parametrize("direction", ["upload", "fetch", "pinned", "pinned_fetch"])
 def test_client_killed_mid_transfer_leaves_daemon_clean(daemon, direction):
     kill_mid_transfer(daemon, "shm", direction, "shm")
 

@@ -118,13 +118,16 @@ _VICTIM = textwrap.dedent("""
     s = gpuremote.connect(sys.argv[1], transport=sys.argv[2])
     assert s.transport != "grpc", s.transport
     keep = cp.ones(2**21)                                   # 16 MiB held
-    big = cx.empty_pinned(48 * 2**20, np.uint8) if sys.argv[3] == "pinned" else np.ones(48 * 2**20, np.uint8)
+    pinned = sys.argv[3].startswith("pinned")
+    big = cx.empty_pinned(48 * 2**20, np.uint8) if pinned else np.ones(48 * 2**20, np.uint8)
     big[:] = 1
     src = cp.asarray(big)
     print("ready", flush=True)
     for _ in range(10**6):                                  # until killed
         if sys.argv[3] == "fetch":
             src.get()
+        elif sys.argv[3] == "pinned_fetch":                 # shm: the daemon writes into `big` itself
+            src.get(out=big)
         else:
             y = cp.asarray(big)
             del y
