@@ -364,8 +364,10 @@ def main(argv=None) -> int:
         base["shm_handoff"] = {"gbps": gbps(shm_handoff(addresses, size, reps, ring=False), size)}
         base["shm_ring"] = {"gbps": gbps(shm_handoff(addresses, size, reps, ring=True), size)}
         base["memcpy"] = {"gbps": gbps(memcpy(size, reps), size)}
+        memory = str(max(2 * 2**30, 6 * size))
         daemon = Child("gpuremote daemon", [sys.executable, "-m", "gpuremote.cli", "daemon", "--insecure", "--listen",
-                                            "127.0.0.1:0", "--backend", "emulated", "--emulate", "1", "--emulate-memory", str(max(2 * 2**30, 6 * size))])
+                                            "127.0.0.1:0", "--backend", "emulated", "--emulate", "1",
+                                            "--emulate-memory", memory])
         children.append(daemon)
         address = daemon.address
         results = []

@@ -142,6 +142,7 @@ def elementwise_fast(name: str, entry: Entry, args: tuple):
 _DERIVED = Memo(8192)
 # Rules not worth a signature: no results to describe.
 _UNCACHED_RULES = frozenset({"none", "value"})
+
 _PLAIN = frozenset({int, float, bool, complex, str, type(None), type(Ellipsis)})
 
 
