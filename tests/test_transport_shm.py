@@ -323,6 +323,11 @@ def test_pinned_fetch_is_written_in_place(daemon):
         host = random_array(1 << 20, np.uint8, rng)
         cp.asarray(host).get(out=part)
         assert same_bytes(part, host) and not big[:12_345].any()
+        # a device array that is not contiguous (a transpose), into pinned memory at an odd offset
+        src = random_array(300 * 200 * 8, np.float64, rng).reshape(300, 200)
+        odd = big[3:3 + src.nbytes].view(np.float64).reshape(200, 300)
+        assert cp.asarray(src).T.get(out=odd) is odd and not odd.flags.aligned
+        assert same_bytes(odd, np.ascontiguousarray(src.T)) and link.rx.next == ring_before
         # `out` of another shape is refused untouched, as before (nothing written into it)
         wrong = cx.zeros_pinned((2, 1 << 19), np.uint8)
         with pytest.raises(ValueError, match="shape"):

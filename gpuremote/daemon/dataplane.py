@@ -55,14 +55,14 @@ class _Record:
 
 
 class _Outgoing:
-    """The bytes of a fetch, yielded by Session.run_op after their Reply; `land`: the client's
-    (shared segment, offset) to write them into, or None."""
+    """The bytes of a fetch, yielded by Session.run_op after their Reply; `landed`: instead, the
+    (shared segment, offset, bytes) of the client's memory they were written into."""
 
-    __slots__ = ("flat", "land")
+    __slots__ = ("flat", "landed")
 
-    def __init__(self, flat, land=None):
+    def __init__(self, flat, landed=None):
         self.flat = flat
-        self.land = land
+        self.landed = landed
 
 
 class _Bulk:
@@ -84,17 +84,21 @@ class _Bulk:
         except (TransportError, EOFError, OSError) as exc:
             raise _StreamBroken(f"upload for op {seq}: {exc}") from exc
 
-    def outgoing(self, seq: int, flat, segment: int = 0, offset: int = 0):
-        """(chunks to announce in the Reply, what run_op yields after it). A nonzero `segment`
-        asks for the bytes in the client's shared segment (Fetch.land_segment): one frame, checked
-        here, so that a bad request fails its op (ProtocolError) and the connection serves on."""
-        if not segment:
-            return self.endpoint.fetch_chunks(flat.size), iter((_Outgoing(flat),))
+    def outgoing(self, flat):
+        """(chunks to announce in the Reply, what run_op yields after it)."""
+        return self.endpoint.fetch_chunks(flat.size), iter((_Outgoing(flat),))
+
+    def landing(self, seq: int, segment: int, offset: int, nbytes: int):
+        """The client's memory a fetch asked to land in (Fetch.land_segment), as uint8; a request
+        the endpoint refuses fails its op (ProtocolError) and the connection serves on."""
         try:
-            self.endpoint.check_landing(segment, offset, flat.size)
+            return self.endpoint.landing(segment, offset, nbytes)
         except TransportError as exc:
             raise ProtocolError(f"fetch for op {seq}: {exc}") from None
-        return 1, iter((_Outgoing(flat, (segment, offset)),))
+
+    def landed(self, segment: int, offset: int, nbytes: int):
+        """What run_op yields after the Reply of a fetch written into the client's memory."""
+        return iter((_Outgoing(None, (segment, offset, nbytes)),))
 
 
 def _no_chunk_messages():
@@ -376,6 +380,6 @@ class DataPlane:
                     return False
                 for out in session.run_batch(msg.batch, _no_chunk_messages, bulk):
                     if type(out) is Outgoing:
-                        send_fetch(out.flat, out.land)
+                        send_fetch(out.flat, out.landed)
                     else:
                         write(out)

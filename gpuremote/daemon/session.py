@@ -833,6 +833,8 @@ class Session:
         arr = self._resolve(op.fetch.handle)
         if not arr.flags.c_contiguous:  # copied to a contiguous buffer first, as CuPy's get() does
             self.memory[op.device].check(arr.nbytes)
+        if op.fetch.land_segment:
+            return self._land(op, r, arr)
         with self.backend.activate(op.device, op.stream, self.streams):
             host = numpy.asarray(self.backend.to_host(arr), order="C")
         self.bytes_d2h += host.nbytes
@@ -846,12 +848,25 @@ class Session:
         r.chunked.chunks = n
         flat = host.reshape(-1).view(numpy.uint8)
         if self._bulk is not None:
-            r.chunked.chunks, extra = self._bulk.outgoing(op.seq, flat, op.fetch.land_segment, op.fetch.land_offset)
+            r.chunked.chunks, extra = self._bulk.outgoing(flat)
             return extra
-        if op.fetch.land_segment:
+        return self._chunks(op.seq, flat, chunk, n)
+
+    def _land(self, op: pb.Op, r: pb.Reply, arr) -> Iterator:
+        """A fetch written straight into the client's shared segment (Fetch.land_segment): one
+        copy, from the device array into the client's memory; the reply announces one frame."""
+        if self._bulk is None:
             raise ProtocolError("Fetch.land_segment names a shared segment, but this session has no shared-memory "
                                 "data plane (its bytes travel on the gRPC stream)")
-        return self._chunks(op.seq, flat, chunk, n)
+        segment, offset = op.fetch.land_segment, op.fetch.land_offset
+        dest = self._bulk.landing(op.seq, segment, offset, arr.nbytes)     # checked: ProtocolError
+        with self.backend.activate(op.device, op.stream, self.streams):
+            self.backend.to_host(arr, dest.view(arr.dtype).reshape(arr.shape))
+        self.bytes_d2h += arr.nbytes
+        r.chunked.meta.dtype = arr.dtype.str
+        r.chunked.meta.shape.extend(arr.shape)
+        r.chunked.chunks = 1
+        return self._bulk.landed(segment, offset, arr.nbytes)
 
     @staticmethod
     def _chunks(seq: int, flat: numpy.ndarray, chunk: int, n: int) -> Iterator[pb.ServerMessage]:

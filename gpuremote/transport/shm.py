@@ -330,21 +330,21 @@ class ShmEndpoint(_RingIO, SocketEndpoint):
         else:
             super().control(kind, aux, length)
 
-    def check_landing(self, segment: int, offset: int, nbytes: int) -> None:
+    def landing(self, segment: int, offset: int, nbytes: int) -> numpy.ndarray:
         seg = self.segments.get(segment)
         if seg is None or offset + nbytes > seg.size:
             raise TransportError(f"a fetch asks for its {nbytes:,} bytes at offset {offset:,} of shared segment "
                                  f"{segment}, which is {'not registered' if seg is None else f'{seg.size:,} bytes'}")
+        return seg[offset:offset + nbytes]
 
-    def send_fetch(self, flat: numpy.ndarray, land: tuple[int, int] | None = None) -> None:
-        """A fetch's bytes: straight into the client's segment when `land` names one (checked by
-        check_landing before the Reply went out; no frame since could have changed it), else the ring."""
-        if land is None:
+    def send_fetch(self, flat: numpy.ndarray, landed: tuple[int, int, int] | None = None) -> None:
+        """A fetch's bytes through the ring, or, when they were written into the client's segment
+        already (`landed`: segment, offset, bytes), the SEGMENT frame that says so."""
+        if landed is None:
             self._send_chunks(flat)
             return
-        segment, offset = land
-        numpy.copyto(self.segments[segment][offset:offset + flat.size], flat)
-        self.fs.send(SEGMENT, segment, U64X2.pack(offset, flat.size))
+        segment, offset, nbytes = landed
+        self.fs.send(SEGMENT, segment, U64X2.pack(offset, nbytes))
 
     def close(self) -> None:
         self.segments.clear()

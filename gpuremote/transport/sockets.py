@@ -257,12 +257,13 @@ class SocketEndpoint:
     def fetch_chunks(self, nbytes: int) -> int:
         return 1
 
-    def check_landing(self, segment: int, offset: int, nbytes: int) -> None:
-        """Raise TransportError unless a fetch may write its bytes into the client's shared segment."""
+    def landing(self, segment: int, offset: int, nbytes: int) -> numpy.ndarray:
+        """`nbytes` of the client's shared segment at `offset` (uint8), for a fetch to land in;
+        TransportError when the connection maps no such memory."""
         raise TransportError(f"a fetch asks for its bytes in shared segment {segment}, but this connection is the "
                              f"{self.name} data plane, which maps no client memory (only shm does)")
 
-    def send_fetch(self, flat: numpy.ndarray, land: tuple[int, int] | None = None) -> None:
+    def send_fetch(self, flat: numpy.ndarray, landed: tuple[int, int, int] | None = None) -> None:
         self.fs.send_bulk(RAW, 0, memoryview(flat))
 
     def error(self, text: str) -> None:

@@ -90,7 +90,9 @@ class Backend:
         """A device array with arr's contents; `owned` means arr is a fresh buffer nobody else holds."""
         raise NotImplementedError
 
-    def to_host(self, arr: Any) -> numpy.ndarray:
+    def to_host(self, arr: Any, out: numpy.ndarray | None = None) -> numpy.ndarray:
+        """arr's contents on the host (D2H); with `out` (C-contiguous, arr's shape and dtype: host
+        memory the client shares, Fetch.land_segment) copied straight into it, which is returned."""
         raise NotImplementedError
 
     def empty(self, shape: tuple, dtype: numpy.dtype, device: int) -> Any:

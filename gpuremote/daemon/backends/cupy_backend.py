@@ -65,8 +65,8 @@ class CupyBackend(Backend):
     def from_host(self, arr, device, owned=False):
         return self._cupy.asarray(arr)  # runs inside activate(): lands on the op's device and stream
 
-    def to_host(self, arr):
-        return arr.get()
+    def to_host(self, arr, out=None):
+        return arr.get(out=out)     # runs inside activate(): on the op's stream, blocking
 
     def empty(self, shape, dtype, device):
         return self._cupy.empty(shape, dtype)

@@ -86,8 +86,11 @@ class EmulatedBackend(Backend):
     def from_host(self, arr, device, owned=False):
         return arr if owned else numpy.array(arr, copy=True, order="C")
 
-    def to_host(self, arr):
-        return arr
+    def to_host(self, arr, out=None):
+        if out is None:
+            return arr
+        numpy.copyto(out, arr)
+        return out
 
     def empty(self, shape, dtype, device):
         return numpy.empty(shape, dtype)
