@@ -519,6 +519,9 @@ def batches(draw, first_seq: int) -> list[pb.ClientMessage]:
             after.extend(draw(uploads(op)))
         elif kind == "fetch":
             op.fetch.handle = draw(HANDLES)
+            if not draw(st.integers(0, 3)):       # asks to land in client memory the daemon cannot map
+                op.fetch.land_segment = draw(st.sampled_from([1, 7, 2**32 - 1]))
+                op.fetch.land_offset = draw(st.sampled_from([0, 4096, 2**63, 2**64 - 1]))
         elif kind == "describe":
             op.describe.handle = draw(HANDLES)
         elif kind == "sync":
