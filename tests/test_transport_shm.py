@@ -365,3 +365,19 @@ def test_bad_landing_requests_fail_the_op_and_the_session_serves_on(daemon):
                 _fetch_landing(session, x._gr_handle, 1, 0)
             assert int(x[-1]) == (1 << 18) - 1
     settle(daemon.info, None)
+
+
+def test_alloc_pinned_memory_is_shared_both_ways(daemon):
+    """cupy.cuda.alloc_pinned_memory, viewed with numpy.frombuffer as CuPy programs do: an upload
+    from it is read in place and a fetch into it is written in place (the ring stays unused)."""
+    with connected(daemon.address, "shm") as (cp, session):
+        link = session._link
+        n = 3 << 18
+        src = np.frombuffer(cp.cuda.alloc_pinned_memory(n * 4), np.float32, n)
+        src[:] = np.arange(n, dtype=np.float32)
+        ring = (link.tx.next, link.rx.next)
+        dev = cp.asarray(src) * 2
+        dst = np.frombuffer(cp.cuda.alloc_pinned_memory(n * 4), np.float32, n)
+        assert dev.get(out=dst) is dst
+        np.testing.assert_array_equal(dst, np.arange(n, dtype=np.float32) * 2)
+        assert (link.tx.next, link.rx.next) == ring and len(link._registered) >= 2
