@@ -150,6 +150,9 @@ class _RingIO:
         return n
 
     segments = types.MappingProxyType({})      # registered shared segments (shm endpoints have some)
+    # (segment id, offset, bytes, mapping held) of the fetch asked to land (set by ShmLink.landing only:
+    # any other end that meets a SEGMENT frame in a fetch refuses it)
+    _land = None
 
     def receive_upload(self, chunks: int, dest: numpy.ndarray | None) -> int:
         """Daemon side: the chunks of an upload (ring slots, registered segments, raw frames) into `dest`."""
@@ -203,7 +206,6 @@ class ShmLink(_RingIO, SocketLink):
         self._registered: dict[int, buffers.SharedRef] = {}
         self._segment = None          # (ref, offset, mapping held) of the upload being planned
         self._segment_acks = 0
-        self._land = None             # (segment id, offset, bytes, mapping held) of the fetch asked to land
 
     def _control(self, kind: int, aux: int, length: int) -> None:
         if kind == ACK and not length:
