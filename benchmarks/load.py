@@ -48,6 +48,8 @@ import sys
 import threading
 import time
 
+from _child import stop as stop_process
+
 RSS_GROWTH_TARGET = 0.05
 MAX_LIVE = 6
 MAX_UPLOAD_BYTES = 4 * 2**20
@@ -231,13 +233,8 @@ class Proc:
 
     def stop(self, timeout: float = 10.0) -> None:
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGCONT)
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=timeout)
+            self.proc.send_signal(signal.SIGCONT)       # a stopped process (SIGSTOP) must run to act on SIGTERM
+        stop_process(self.proc, timeout)
         self._reader.join(timeout=timeout)
 
 
