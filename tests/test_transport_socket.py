@@ -286,3 +286,21 @@ def test_get_into_out_lands_in_place(daemon, transport, monkeypatch):
         np.testing.assert_array_equal(dev.get(out=wider), host.astype(np.float64))
         with pytest.raises(ValueError, match="shape"):
             dev.get(out=np.empty((600, 701), np.float32))
+
+
+@pytest.mark.parametrize("transport", ["grpc", "tcp", "unix", "shm"])
+def test_fetched_arrays_are_writable(daemon, transport):
+    """What get(), asnumpy() and tolist-style reads hand the application is its own NumPy array, as
+    with CuPy: writable, at every size (inline in the reply or in bulk), and not shared with the next
+    fetch."""
+    with connected(daemon.address, transport) as (cp, _):
+        for n in (1, 64, 4096, 300_000):
+            dev = cp.arange(n, dtype=cp.float32)
+            first = dev.get()
+            second = cp.asnumpy(dev)
+            for host in (first, second):
+                assert host.flags.writeable, (n, transport)
+                host[0] = -1.0
+            assert second[0] == -1.0 and first[0] == -1.0
+            np.testing.assert_array_equal(dev.get(), np.arange(n, dtype=np.float32))   # the device copy untouched
+            np.testing.assert_array_equal(first[1:], np.arange(1, n, dtype=np.float32))

@@ -482,7 +482,7 @@ class Session:
     def _result(self, reply: pb.Reply, into: numpy.ndarray | None = None) -> Any:
         outcome = reply.WhichOneof("outcome")
         if outcome == "value":
-            value = decode(reply.value, _no_handles)
+            value = decode(reply.value, _no_handles, writable=True)
             if isinstance(value, numpy.ndarray):
                 STATS.bytes_d2h += value.nbytes
             elif isinstance(value, (bool, int, float)):

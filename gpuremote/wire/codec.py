@@ -152,8 +152,10 @@ def encode(obj: Any, msg: vpb.Value, handle_of: Callable[[Any], int | None], dep
         msg.handle = handle
 
 
-def decode(msg: vpb.Value, resolve: Callable[[int], Any], depth: int = 0) -> Any:
-    """The Python value `msg` stands for; handles go through `resolve`."""
+def decode(msg: vpb.Value, resolve: Callable[[int], Any], depth: int = 0, writable: bool = False) -> Any:
+    """The Python value `msg` stands for; handles go through `resolve`. Arrays are read-only views
+    of the message's bytes unless `writable` (then copies the caller may keep and write, as a
+    NumPy array handed to an application is)."""
     if depth > DEFAULTS.max_value_depth:
         raise LimitExceededError(f"value nested deeper than {DEFAULTS.max_value_depth} levels")
     kind = msg.WhichOneof("kind")
@@ -164,19 +166,20 @@ def decode(msg: vpb.Value, resolve: Callable[[int], Any], depth: int = 0) -> Any
     if kind == "none":
         return None
     if kind == "tuple":
-        return tuple(decode(v, resolve, depth + 1) for v in msg.tuple.items)
+        return tuple(decode(v, resolve, depth + 1, writable) for v in msg.tuple.items)
     if kind == "list":
-        return [decode(v, resolve, depth + 1) for v in msg.list.items]
+        return [decode(v, resolve, depth + 1, writable) for v in msg.list.items]
     if kind == "array":
-        arr = array_from_wire(msg.array)
-        return arr[()] if msg.array.scalar else arr
+        if msg.array.scalar:
+            return array_from_wire(msg.array)[()]
+        return array_from_wire(msg.array, writable)
     if kind == "dtype":
         return dtype_from_wire(msg.dtype)
     if kind == "complex_value":
         return complex(msg.complex_value.real, msg.complex_value.imag)
     if kind == "slice":
         s = msg.slice
-        return slice(*(decode(getattr(s, n), resolve, depth + 1) if s.HasField(n) else None
+        return slice(*(decode(getattr(s, n), resolve, depth + 1, writable) if s.HasField(n) else None
                        for n in ("start", "stop", "step")))
     if kind == "ellipsis":
         return Ellipsis
@@ -184,7 +187,7 @@ def decode(msg: vpb.Value, resolve: Callable[[int], Any], depth: int = 0) -> Any
         d = msg.dict
         if len(d.keys) != len(d.values) or len(set(d.keys)) != len(d.keys):
             raise ValueError("malformed dict value: keys and values do not pair up uniquely")
-        return {k: decode(v, resolve, depth + 1) for k, v in zip(d.keys, d.values)}
+        return {k: decode(v, resolve, depth + 1, writable) for k, v in zip(d.keys, d.values)}
     if kind is None:
         raise ValueError("empty value: no field of Value is set")
     raise UnsupportedOperationError(f"value kind {kind!r} is not supported")
