@@ -482,6 +482,8 @@ class Session:
     def _result(self, reply: pb.Reply, into: numpy.ndarray | None = None) -> Any:
         outcome = reply.WhichOneof("outcome")
         if outcome == "value":
+            if reply.value.WhichOneof("kind") == "none":    # a sync's reply: nothing to decode or count
+                return None
             value = decode(reply.value, _no_handles, writable=True)
             if isinstance(value, numpy.ndarray):
                 STATS.bytes_d2h += value.nbytes

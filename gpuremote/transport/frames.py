@@ -46,6 +46,9 @@ KIND_NAMES = {ATTACH: "ATTACH", ATTACHED: "ATTACHED", MSG: "MSG", RAW: "RAW", SL
 # Most descriptors one frame may carry (the two ring memfds at attach, one segment later).
 MAX_FDS = 4
 _FD_SPACE = socket.CMSG_SPACE(MAX_FDS * array.array("i").itemsize)
+# Payloads up to this size are sent joined to their header: copying them costs less than sendmsg's
+# gather (a small op batch or reply, a PING).
+_JOIN_BYTES = 4096
 
 
 class PeerClosed(EOFError):
@@ -83,8 +86,10 @@ class FrameSocket:
         if fds:
             anc = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))]
             sent = self.sock.sendmsg([header, payload], anc)
+        elif len(payload) <= _JOIN_BYTES:     # one small buffer: cheaper than sendmsg's two
+            sent = self.sock.send(header + payload)
         else:
-            sent = self.sock.sendmsg([header, payload]) if payload else self.sock.send(header)
+            sent = self.sock.sendmsg([header, payload])
         if sent < HEADER.size + len(payload):
             self._send_rest([header, payload], sent)
 

@@ -80,17 +80,18 @@ def fill_array(msg: vpb.HostArray, arr: numpy.ndarray, scalar: bool = False) -> 
 
 def array_from_wire(msg: vpb.HostArray, writable: bool = False) -> numpy.ndarray:
     dt = dtype_from_wire(msg.dtype)
-    if not msg.shape:  # 0-d (NumPy scalars such as a float32 learning rate): the common small case
-        data = msg.data
+    shape = msg.shape[:]    # each read of a message field makes a new object: read each one once
+    data = msg.data
+    if not shape:  # 0-d (NumPy scalars such as a float32 learning rate): the common small case
         if len(data) != dt.itemsize:
             raise ValueError(f"array payload is {len(data)} bytes, but a 0-d {dt} needs {dt.itemsize}")
         arr = numpy.frombuffer(data, dtype=dt).reshape(())
         return arr.copy() if writable else arr
-    shape = checked_shape(msg.shape, dt.itemsize)
-    if len(msg.data) != math.prod(shape) * dt.itemsize:
-        raise ValueError(f"array payload is {len(msg.data)} bytes, but shape {shape} of {dt} needs "
+    shape = checked_shape(shape, dt.itemsize)
+    if len(data) != math.prod(shape) * dt.itemsize:
+        raise ValueError(f"array payload is {len(data)} bytes, but shape {shape} of {dt} needs "
                          f"{math.prod(shape) * dt.itemsize}")
-    arr = numpy.frombuffer(msg.data, dtype=dt).reshape(shape)
+    arr = numpy.frombuffer(data, dtype=dt).reshape(shape)
     return arr.copy() if writable else arr
 
 
