@@ -33,6 +33,7 @@ from gpuremote.memo import Memo
 from gpuremote.transport import attach as attach_link
 from gpuremote.transport import buffers, grpc_chunks, host_id
 from gpuremote.transport.base import PeerEnded
+from gpuremote.transport.frames import QUICK_ALL_STREAMS, QUICK_FETCH, QUICK_SYNC
 from gpuremote.transport.base import lost as link_lost
 from gpuremote.transport.grpc_channel import open_channel, translate
 from gpuremote.wire import pb, vpb
@@ -465,6 +466,65 @@ class Session:
                 if reply.seq != seq:
                     raise ProtocolError(f"reply for op {reply.seq} arrived while waiting for op {seq}")
                 result = self._result(reply, into)
+            finally:
+                STATS.round_trips += 1
+                STATS.blocked_s += time.perf_counter() - start
+        if reply.notice:
+            self._notice(reply.notice)
+        self._raise_errors(reply)
+        return result
+
+    def sync(self, device: int, stream: int, all_streams: bool, site: str) -> None:
+        """Wait until the ops issued to `stream` (every stream: `all_streams`) of `device` have run."""
+        if self._link is not None:
+            self._quick(QUICK_SYNC, device, stream, QUICK_ALL_STREAMS if all_streams else 0, 0, site)
+            return
+
+        def fill(op):
+            op.sync.all_streams = all_streams
+        self.request(fill, device, stream, site)
+
+    def fetch(self, handle: int, device: int, stream: int, site: str, into: numpy.ndarray | None = None,
+              nbytes: int | None = None) -> numpy.ndarray:
+        """The host copy of array `handle` (D2H); `nbytes`, when known, lets a small one travel in a
+        QUICK round trip. `into` as in `request`."""
+        link = self._link
+        if link is not None and nbytes is not None and nbytes <= link.inline_bytes:
+            return self._quick(QUICK_FETCH, device, stream, 0, handle, site)
+
+        def fill(op):
+            op.fetch.handle = handle
+        return self.request(fill, device, stream, site, into=into)
+
+    def _quick(self, code: int, device: int, stream: int, flags: int, handle: int, site: str):
+        """A sync point as one QUICK frame of the link (frames.py), after what is queued: the daemon
+        answers QUIET (the op's outcome alone) or, when it has more to say, the reply a request gets."""
+        with self._lock:
+            if self.lost is not None:
+                raise self.lost
+            if self.closed:
+                raise DeviceLostError(f"the session with {self.address} is closed")
+            self._flush()
+            seq = next(self._seq)
+            STATS.ops += 1
+            STATS.messages += 1
+            start = time.perf_counter()
+            try:
+                try:
+                    answer = self._link.quick(code, seq, device, stream, flags, handle, site)
+                except (OSError, EOFError, ProtocolError, LimitExceededError) as exc:
+                    raise self._link_lost(exc) from None
+                if type(answer) is tuple:
+                    if answer[0] != seq:
+                        raise ProtocolError(f"reply for op {answer[0]} arrived while waiting for op {seq}")
+                    result = answer[1]
+                    if result is not None:
+                        STATS.bytes_d2h += result.nbytes
+                    return result
+                reply = answer.reply
+                if reply.seq != seq:
+                    raise ProtocolError(f"reply for op {reply.seq} arrived while waiting for op {seq}")
+                result = self._result(reply)
             finally:
                 STATS.round_trips += 1
                 STATS.blocked_s += time.perf_counter() - start

@@ -360,16 +360,12 @@ class ndarray:
     # -- data movement --------------------------------------------------------------------
     def get(self, stream=None, order="C", out=None, blocking=True) -> numpy.ndarray:
         """Copy to the host (D2H) and return a numpy.ndarray (into `out` when given)."""
-        handle = self._gr_handle
-
-        def fill(op):
-            op.fetch.handle = handle
         # The fetch may land in `out` (received or, pinned, written by the daemon) only when it is
         # exactly this array's shape and dtype: otherwise `out` stays untouched until checked below.
         exact = (isinstance(out, numpy.ndarray) and self._shape is not None and out.shape == self._shape
                  and out.dtype == self._dtype)
-        host = self._gr_session.request(fill, self._gr_remote, _stream_id(stream, self._gr_device), site(),
-                                        into=out if exact else None)
+        host = self._gr_session.fetch(self._gr_handle, self._gr_remote, _stream_id(stream, self._gr_device), site(),
+                                      into=out if exact else None, nbytes=None if self._shape is None else self.nbytes)
         if self._shape is None:
             self._shape, self._dtype = host.shape, host.dtype
         if out is not None:
@@ -394,7 +390,9 @@ class ndarray:
         return self.get().tolist()
 
     def item(self, *args):
-        return forward("ndarray.item", (self,) + args, {})
+        if args or self._shape is None or self.size != 1:
+            return forward("ndarray.item", (self,) + args, {})
+        return self.get().item()     # as CuPy does: one element copied to the host (a small fetch)
 
     def __array__(self, *args, **kwargs):
         raise TypeError("Implicit conversion to a NumPy array is not allowed. Please use `.get()` to construct "
@@ -503,7 +501,4 @@ def service_call(name: str, args: tuple = (), index: int | None = None, stream: 
 def sync_device(index: int, stream: int | None) -> None:
     """Wait for `stream` (all streams when None) of process device `index`."""
     ref = context.device(index)
-
-    def fill(op):
-        op.sync.all_streams = stream is None
-    ref.session.request(fill, ref.remote_index, stream or 0, site())
+    ref.session.sync(ref.remote_index, stream or 0, stream is None, site())

@@ -31,7 +31,8 @@ from gpuremote._config import DEFAULTS
 from gpuremote.daemon.session import _StreamBroken
 from gpuremote.errors import ProtocolError
 from gpuremote.transport.base import TransportError, Unavailable, host_id
-from gpuremote.transport.frames import ATTACH, ATTACHED, KIND_NAMES, FrameSocket, PeerClosed
+from gpuremote.transport.frames import (ATTACH, ATTACHED, KIND_NAMES, QUICK_ALL_STREAMS, QUICK_SYNC, FrameSocket,
+                                        PeerClosed, Quick)
 from gpuremote.transport.sockets import SocketEndpoint, tune
 from gpuremote.wire import pb
 
@@ -371,15 +372,51 @@ class DataPlane:
             msg = endpoint.read_message()
             if msg is None:
                 return True
-            kind = msg.WhichOneof("kind")
-            if kind != "batch":
-                raise TransportError(f"unexpected {kind or 'empty'} message on the data plane: after attaching, a "
-                                     "client sends only op batches")
+            if type(msg) is Quick:
+                with rec.lock:
+                    if rec.dead:
+                        return False
+                    if self._quiet(session, msg, endpoint):
+                        continue
+                batch = _as_batch(msg)      # not that simple: the op runs as in a batch, every reply possible
+            else:
+                kind = msg.WhichOneof("kind")
+                if kind != "batch":
+                    raise TransportError(f"unexpected {kind or 'empty'} message on the data plane: after attaching, "
+                                         "a client sends only op batches")
+                batch = msg.batch
             with rec.lock:
                 if rec.dead:
                     return False
-                for out in session.run_batch(msg.batch, _no_chunk_messages, bulk):
+                for out in session.run_batch(batch, _no_chunk_messages, bulk):
                     if type(out) is Outgoing:
                         send_fetch(out.flat, out.landed)
                     else:
                         write(out)
+
+    @staticmethod
+    def _quiet(session, q: Quick, endpoint) -> bool:
+        """Run a QUICK frame's op and answer QUIET when there is nothing else to report."""
+        if not session.quiet():
+            return False
+        if q.code == QUICK_SYNC:
+            if not session.quiet_sync(q.device, q.stream, q.flags & QUICK_ALL_STREAMS):
+                return False
+            endpoint.quiet(q.seq)
+            return True
+        host = session.quiet_fetch(q.device, q.stream, q.handle, endpoint.inline_bytes)
+        if host is None:
+            return False
+        endpoint.quiet(q.seq, host)
+        return True
+
+
+def _as_batch(q: Quick) -> pb.OpBatch:
+    """A QUICK frame's op as the one-op batch it stands for."""
+    batch = pb.OpBatch()
+    op = batch.ops.add(seq=q.seq, device=q.device, stream=q.stream, site=q.site, reply=True)
+    if q.code == QUICK_SYNC:
+        op.sync.all_streams = bool(q.flags & QUICK_ALL_STREAMS)
+    else:
+        op.fetch.handle = q.handle
+    return batch

@@ -240,27 +240,58 @@ class Session:
         """run_op's reply to a sync, or to a fetch of a small contiguous array, on a usable device
         when there is nothing else to report; None when the op is not that simple (run_op then
         answers it, errors included)."""
-        device = op.device
-        if device >= len(self.flows) or self.flows[device] is None:
+        if kind == "sync":
+            done = self.quiet_sync(op.device, op.stream, op.sync.all_streams)
+            host = None
+        elif kind == "fetch":
+            host = self.quiet_fetch(op.device, op.stream, op.fetch.handle, self._inline_bytes())
+            done = host is not None
+        else:
+            return None
+        if not done:
             return None
         reply = pb.ServerMessage()
         r = reply.reply
+        r.seq = op.seq
+        if host is None:
+            r.value.none.SetInParent()
+        else:
+            fill_array(r.value.array, host)
+        return reply
+
+    def quiet(self) -> bool:
+        """Whether a sync point may be answered with its outcome alone: no deferred errors, no
+        shutdown notice, no end under way."""
+        return not self._deferred and not self._dropped and self.drain_deadline is None and self.ending is None
+
+    def quiet_sync(self, device: int, stream: int, all_streams: bool) -> bool:
+        """Run a sync that needs no reply beyond "done" (the caller checked `quiet`); False when the
+        op is not that simple: run_op must answer it, errors included."""
+        if device >= len(self.flows) or self.flows[device] is None:
+            return False
         try:
-            if kind == "sync":
-                self.backend.synchronize(device, None if op.sync.all_streams else op.stream, self.streams)
-                r.value.none.SetInParent()
-            elif kind == "fetch":
-                arr = self.handles.get(op.fetch.handle)
-                if arr is None or not arr.flags.c_contiguous or arr.nbytes > self._inline_bytes():
-                    return None
-                self._fetch(op, r)          # inline: nothing follows the reply
-            else:
-                return None
+            self.backend.synchronize(device, None if all_streams else stream, self.streams)
+        except Exception:
+            return False
+        self.ops += 1
+        return True
+
+    def quiet_fetch(self, device: int, stream: int, handle: int, limit: int) -> numpy.ndarray | None:
+        """The C-contiguous host copy of a contiguous array of at most `limit` bytes, for a reply
+        that carries it alone; None when the fetch is not that simple (run_op answers it)."""
+        if device >= len(self.flows) or self.flows[device] is None:
+            return None
+        arr = self.handles.get(handle)
+        if arr is None or not arr.flags.c_contiguous or arr.nbytes > limit:
+            return None
+        try:
+            with self.backend.activate(device, stream, self.streams):
+                host = numpy.asarray(self.backend.to_host(arr), order="C")
         except Exception:
             return None
         self.ops += 1
-        r.seq = op.seq
-        return reply
+        self.bytes_d2h += host.nbytes
+        return host
 
     def _refuse_batch(self, batch: pb.OpBatch, next_message) -> Iterator[pb.ServerMessage]:
         """Run none of an oversized batch, but answer it: every op that wants a reply gets the error

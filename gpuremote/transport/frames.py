@@ -18,6 +18,13 @@ followed by exactly `length` payload bytes:
   PING      client -> daemon: answered at once with PONG (same aux and payload, at most 1 KiB), without
             touching the session: the channel's own round trip
   PONG      the answer to PING
+  QUICK     client -> daemon: a sync point in fixed fields instead of an op batch (aux: QUICK_SYNC or
+            QUICK_FETCH); payload: QUICK_HEAD (u64 seq, u64 stream, u32 device, u32 flags (sync: 1 = all
+            streams), u64 handle (fetch)), then the application's source line (UTF-8, <= QUICK_SITE_MAX).
+            Answered by QUIET when the op ran with nothing else to report, else by the MSG reply a Sync
+            or Fetch op of that seq would get (errors, deferred errors, notices, chunked bytes).
+  QUIET     daemon -> client: u64 seq; a fetch's adds the array: dtype (8 bytes, NUL-padded), `aux`
+            extents (u64 each), then its C-order bytes (at most the link's inline size)
 
 Bulk bytes are received with recv_into straight into their destination (a page-aligned,
 pooled buffer), never through an intermediate copy; small frames are read through one
@@ -27,28 +34,82 @@ reusable buffer so that a reply costs one recv.
 from __future__ import annotations
 
 import array
+import math
 import os
 import socket
 import struct
 import time
 
+import numpy
+
 from gpuremote._config import DEFAULTS
 from gpuremote.transport.base import TransportError
+from gpuremote.wire.codec import checked_shape, dtype_from_wire
 
 HEADER = struct.Struct("<IIQ")
 U64 = struct.Struct("<Q")
 U64X2 = struct.Struct("<QQ")
-ATTACH, ATTACHED, MSG, RAW, SLOT, ACK, SEGMENT, REGISTER, ERROR, BYE, FORGET, PING, PONG = range(1, 14)
+ATTACH, ATTACHED, MSG, RAW, SLOT, ACK, SEGMENT, REGISTER, ERROR, BYE, FORGET, PING, PONG, QUICK, QUIET = range(1, 16)
 SEGMENT_ACK = 0xFFFFFFFF      # ACK aux for a SEGMENT frame (not a ring slot)
 KIND_NAMES = {ATTACH: "ATTACH", ATTACHED: "ATTACHED", MSG: "MSG", RAW: "RAW", SLOT: "SLOT", ACK: "ACK",
               SEGMENT: "SEGMENT", REGISTER: "REGISTER", ERROR: "ERROR", BYE: "BYE", FORGET: "FORGET",
-              PING: "PING", PONG: "PONG"}
+              PING: "PING", PONG: "PONG", QUICK: "QUICK", QUIET: "QUIET"}
+QUICK_SYNC, QUICK_FETCH = 1, 2
+QUICK_HEAD = struct.Struct("<QQIIQ")
+QUICK_SITE_MAX = 1024
+QUICK_ALL_STREAMS = 1
 # Most descriptors one frame may carry (the two ring memfds at attach, one segment later).
 MAX_FDS = 4
 _FD_SPACE = socket.CMSG_SPACE(MAX_FDS * array.array("i").itemsize)
 # Payloads up to this size are sent joined to their header: copying them costs less than sendmsg's
 # gather (a small op batch or reply, a PING).
 _JOIN_BYTES = 4096
+
+
+class Quick:
+    """A QUICK frame's op: a sync (`code` QUICK_SYNC) or a small fetch of `handle` (QUICK_FETCH)."""
+
+    __slots__ = ("code", "seq", "stream", "device", "flags", "handle", "site")
+
+    def __init__(self, code: int, payload) -> None:
+        if code not in (QUICK_SYNC, QUICK_FETCH) or not QUICK_HEAD.size <= len(payload) <= QUICK_HEAD.size + QUICK_SITE_MAX:
+            raise TransportError(f"malformed QUICK frame (op code {code}, {len(payload):,} bytes)")
+        self.code = code
+        self.seq, self.stream, self.device, self.flags, self.handle = QUICK_HEAD.unpack_from(payload)
+        self.site = bytes(payload[QUICK_HEAD.size:]).decode("utf-8", "replace")
+
+
+def quick_payload(seq: int, stream: int, device: int, flags: int, handle: int, site: str) -> bytes:
+    return QUICK_HEAD.pack(seq, stream, device, flags, handle) + site.encode("utf-8", "replace")[:QUICK_SITE_MAX]
+
+
+def quiet_payload(seq: int, host=None) -> bytes:
+    """A QUIET frame's payload (its aux is `host.ndim`, or 0): the seq, and a fetched C-contiguous array."""
+    if host is None:
+        return U64.pack(seq)
+    return b"".join((U64.pack(seq), host.dtype.str.encode().ljust(8, b"\0"),
+                     struct.pack(f"<{host.ndim}Q", *host.shape), host.tobytes()))
+
+
+def parse_quiet(aux: int, payload, fetch: bool):
+    """(seq, the fetched array as a new writable NumPy array, or None for a sync) of a QUIET frame;
+    TransportError when its payload does not hold what it says."""
+    if not fetch:
+        if len(payload) != U64.size:
+            raise TransportError(f"malformed QUIET frame for a sync ({len(payload):,} bytes)")
+        return U64.unpack(payload)[0], None
+    head = U64.size + 8 + 8 * aux
+    if aux > DEFAULTS.max_rank or len(payload) < head:
+        raise TransportError(f"malformed QUIET frame for a fetch ({aux} extents, {len(payload):,} bytes)")
+    seq = U64.unpack_from(payload)[0]
+    try:
+        dtype = dtype_from_wire(bytes(payload[8:16]).rstrip(b"\0").decode("ascii"))
+        shape = checked_shape(struct.unpack_from(f"<{aux}Q", payload, 16), dtype.itemsize)
+    except (TypeError, ValueError, UnicodeDecodeError) as exc:
+        raise TransportError(f"malformed QUIET frame for a fetch: {exc}") from None
+    if len(payload) - head != math.prod(shape) * dtype.itemsize:
+        raise TransportError(f"QUIET frame: {len(payload) - head:,} bytes for an array of shape {shape} of {dtype}")
+    return seq, numpy.frombuffer(payload, dtype, offset=head).reshape(shape).copy()
 
 
 class PeerClosed(EOFError):

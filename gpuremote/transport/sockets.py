@@ -16,11 +16,13 @@ from google.protobuf.message import DecodeError
 
 from gpuremote._config import DEFAULTS
 from gpuremote.transport.base import Link, MessageTooLarge, PeerEnded, TransportError
-from gpuremote.transport.frames import (ACK, ATTACH, ATTACHED, BYE, ERROR, KIND_NAMES, MSG, PING, PONG, RAW,
-                                        FrameSocket, PeerClosed)
+from gpuremote.transport.frames import (ACK, ATTACH, ATTACHED, BYE, ERROR, KIND_NAMES, MSG, PING, PONG, QUICK,
+                                        QUICK_FETCH, QUICK_HEAD, QUICK_SITE_MAX, QUIET, RAW, U64, FrameSocket,
+                                        PeerClosed, Quick, parse_quiet, quick_payload, quiet_payload)
 from gpuremote.wire import pb
 
 _CONTROL_MAX = 1 << 16      # largest ATTACH/ATTACHED/ERROR frame
+QUICK_MAX = QUICK_HEAD.size + QUICK_SITE_MAX
 
 
 def tune(sock: socket.socket) -> None:
@@ -109,13 +111,35 @@ class SocketLink(Link):
         while True:
             kind, aux, length = self.fs.read_header()
             if kind == MSG:
-                if length > self._max:
-                    raise TransportError(f"a message of {length:,} bytes exceeds the limit of {self._max:,}")
-                try:
-                    return pb.ServerMessage.FromString(self.fs.read_payload(length))
-                except DecodeError:
-                    raise TransportError(f"a message of {length:,} bytes from the daemon is not a valid "
-                                         "gpuremote.v1.ServerMessage") from None
+                return self._message(length)
+            self._control(kind, aux, length)
+
+    def _message(self, length: int) -> pb.ServerMessage:
+        if length > self._max:
+            raise TransportError(f"a message of {length:,} bytes exceeds the limit of {self._max:,}")
+        try:
+            return pb.ServerMessage.FromString(self.fs.read_payload(length))
+        except DecodeError:
+            raise TransportError(f"a message of {length:,} bytes from the daemon is not a valid "
+                                 "gpuremote.v1.ServerMessage") from None
+
+    def quick(self, code: int, seq: int, device: int, stream: int, flags: int, handle: int, site: str):
+        """One QUICK sync point (frames.py): (seq, None or the fetched array) when the daemon answered
+        QUIET, else the ServerMessage it answered with."""
+        try:
+            self.fs.send(QUICK, code, quick_payload(seq, stream, device, flags, handle, site))
+        except OSError:
+            self._reason()
+            raise
+        while True:
+            kind, aux, length = self.fs.read_header()
+            if kind == QUIET:
+                if aux > DEFAULTS.max_rank or length > U64.size + 8 + 8 * aux + self.inline_bytes:
+                    raise TransportError(f"a QUIET frame of {length:,} bytes ({aux} extents) exceeds the inline size "
+                                         f"{self.inline_bytes:,}")
+                return parse_quiet(aux, self.fs.read_payload(length), code == QUICK_FETCH)
+            if kind == MSG:
+                return self._message(length)
             self._control(kind, aux, length)
 
     def _control(self, kind: int, aux: int, length: int) -> None:
@@ -196,8 +220,9 @@ class SocketEndpoint:
     def close(self) -> None:
         """Release what the endpoint holds beyond the socket (the connection's thread is ending)."""
 
-    def read_message(self) -> pb.ClientMessage | None:
-        """The next client message, or None at an orderly end (BYE, or EOF between frames)."""
+    def read_message(self) -> pb.ClientMessage | Quick | None:
+        """The next client message (an op batch, or a QUICK frame's op), or None at an orderly end (BYE,
+        or EOF between frames)."""
         while True:
             try:
                 kind, aux, length = self.fs.read_header()
@@ -216,6 +241,10 @@ class SocketEndpoint:
                                          "gpuremote clients of the same release can use this data plane") from None
             if kind == BYE:
                 return None
+            if kind == QUICK:
+                if length > QUICK_MAX:
+                    raise TransportError(f"a QUICK frame of {length:,} bytes exceeds the limit of {QUICK_MAX:,}")
+                return Quick(aux, self.fs.read_payload(length))
             if kind == PING and length <= 1024:
                 self.fs.send(PONG, aux, bytes(self.fs.read_payload(length)))
                 continue
@@ -227,6 +256,10 @@ class SocketEndpoint:
 
     def write(self, msg: pb.ServerMessage) -> None:
         self.fs.send(MSG, 0, msg.SerializeToString())
+
+    def quiet(self, seq: int, host: numpy.ndarray | None = None) -> None:
+        """Answer a QUICK frame's op that ran with nothing to report (a fetch: with its bytes)."""
+        self.fs.send(QUIET, 0 if host is None else host.ndim, quiet_payload(seq, host))
 
     def receive_upload(self, chunks: int, dest: numpy.ndarray) -> int:
         """Read the upload's `chunks` bulk frames into `dest`; returns the bytes delivered."""
