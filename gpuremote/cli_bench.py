@@ -124,7 +124,7 @@ class Remote:
         self.src = self.dst = None
 
     def _sync(self) -> None:
-        self.session.request(lambda op: op.sync.SetInParent(), self.device, 0, "bench")
+        self.session.sync(self.device, 0, False, "bench")
 
     def prepare(self, host: numpy.ndarray, need_src: bool = True) -> None:
         self.release()
@@ -148,9 +148,9 @@ class Remote:
         s.release(h)
 
     def d2h(self, host: numpy.ndarray, out: numpy.ndarray | None) -> None:
-        src = self.src
-        # into=out: what ndarray.get(out=pinned) does (received, or written by the daemon, in place)
-        result = self.session.request(lambda op: setattr(op.fetch, "handle", src), self.device, 0, "bench", into=out)
+        # as ndarray.get(out=) does: a small array in a QUICK round trip, a large one received (or, pinned,
+        # written by the daemon) in `out`
+        result = self.session.fetch(self.src, self.device, 0, "bench", into=out, nbytes=host.nbytes)
         if out is not None and result is not out:
             numpy.copyto(out, result)
 
@@ -323,7 +323,8 @@ def bench():
 @bench.command()
 @click.option("--daemon", "daemon_address", metavar="HOST:PORT",
               help="Measure against this daemon (default: GPUREMOTE_DAEMON, else --local).")
-@click.option("--local", is_flag=True, help="Start a daemon inside this process (emulated device without a GPU).")
+@click.option("--local", is_flag=True, help="Start a daemon on this host for the run, as a child process (its "
+              "GPU, else an emulated device), and stop it at the end.")
 @click.option("--transport", "transports", default="all", show_default=True,
               callback=_csv(("all", "native") + REMOTE, "transport"),
               help="Comma-separated: all (every remote transport), auto, grpc, socket, tcp, unix, shm, verbs; the "
@@ -375,13 +376,13 @@ def memcpy(daemon_address, local, transports, directions, memories, sizes, facto
     targets: list = [Native()]
     try:
         if names and not address:
-            from gpuremote.launcher import EmbeddedDaemon, LaunchError, Request
+            from gpuremote.launcher import ChildDaemon
             memory = max(2 * 2**30, 4 * max(size_list))
             try:
-                embedded = EmbeddedDaemon(Request(count=1, memory=memory))
-            except (LaunchError, Exception) as exc:
+                embedded = ChildDaemon(memory)
+            except Exception as exc:
                 raise click.ClickException(f"cannot start a local daemon: {exc}")
-            address = embedded.server.address
+            address = embedded.address
         seen = set()
         for name in names:
             try:
@@ -395,7 +396,7 @@ def memcpy(daemon_address, local, transports, directions, memories, sizes, facto
                 continue
             seen.add(target.actual)
             targets.append(target)
-        where = f"daemon {address}" + (" (embedded in this process)" if embedded else "")
+        where = f"daemon {address}" + (f" (started here, pid {embedded.proc.pid})" if embedded else "")
         err.print(f"gpuremote bench memcpy: {where}; native = {targets[0].actual}; "
                   f"{len(size_list)} sizes {human(size_list[0])}..{human(size_list[-1])}")
         records = _run(targets, directions, memories, size_list, iterations, err, Progress, BarColumn,

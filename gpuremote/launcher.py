@@ -13,10 +13,14 @@ import dataclasses
 import json
 import os
 import pathlib
+import re
+import select
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 
 import grpc
 
@@ -137,6 +141,71 @@ class EmbeddedDaemon:
         self.server.stop(grace=1.0)
         auth.update_environ(self._saved_env)
         self._token.remove()
+
+
+class ChildDaemon:
+    """`gpuremote daemon` as a child process on a free loopback port (one emulated device without a
+    GPU), for `bench memcpy --local`: an application and its daemon are two processes everywhere
+    else, and two threads of one process would measure their contention for one GIL instead (a
+    64 B copy took ~5x as long that way). Token and environment as EmbeddedDaemon's."""
+
+    def __init__(self, memory: int, timeout_s: float = 60.0):
+        self._token = auth.EphemeralToken()
+        cmd = [sys.executable, "-m", "gpuremote.cli", "daemon", "--listen", "127.0.0.1:0",
+               "--token-file", self._token.path, "--emulate-memory", str(memory)]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                     env=dict(os.environ, PYTHONUNBUFFERED="1"), preexec_fn=_die_with_parent)
+        self._saved_env = None
+        try:
+            self.address = self._await_address(timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+        # Its log goes on being read (and dropped) so that the daemon never blocks on a full pipe.
+        threading.Thread(target=self._drain, daemon=True, name="gpuremote-daemon-log").start()
+        self._saved_env = auth.update_environ(self._token.client_env())
+
+    def _await_address(self, timeout_s: float) -> str:
+        deadline = time.monotonic() + timeout_s
+        said = []
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([self.proc.stdout], [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                break
+            line = self.proc.stdout.readline()
+            if not line:
+                break
+            said.append(line.strip())
+            found = re.search(r"listening on (\S+)", line)
+            if found:
+                return found.group(1)
+        last = "; ".join(said[-3:]) or "no output"
+        raise LaunchError(f"the local daemon did not start within {timeout_s:.0f} s ({last})")
+
+    def _drain(self) -> None:
+        for _ in self.proc.stdout:
+            pass
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self._saved_env is not None:
+            auth.update_environ(self._saved_env)
+            self._saved_env = None
+        self._token.remove()
+
+
+def _die_with_parent() -> None:
+    """In a child before exec (Linux): SIGTERM it when this process dies, SIGKILL included, so that
+    no daemon outlives the run that started it. Elsewhere stop() is the only way it ends."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)     # PR_SET_PDEATHSIG
 
 
 def _child_env(devices: list[str], stats_dir: str, extra: dict | None = None) -> dict:

@@ -102,3 +102,48 @@ def test_one_direction_one_transport():
     assert result.exit_code == 0, result.output
     assert "H2D memcpy" in result.output and "D2H" not in result.output
     assert "grpc" in result.output and "socket" not in result.output
+
+
+def _gone(pid: int, timeout: float = 15.0) -> bool:
+    import time
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        with open(f"/proc/{pid}/stat") as f:             # a zombie waits for its reaper: it is gone too
+            if f.read().split(")")[-1].split()[0] == "Z":
+                return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
+@pytest.mark.parametrize("how", ["finishes", "killed"])
+def test_local_daemon_is_a_child_that_ends_with_the_run(how):
+    """--local runs the daemon as a child process (application and daemon are two processes, as
+    anywhere else); it ends with the run, also when the run is SIGKILLed."""
+    import re
+    import signal
+    sizes = "4B" if how == "finishes" else "4B:1GiB"
+    bench = subprocess.Popen([sys.executable, "-m", "gpuremote.cli", "bench", "memcpy", "--local", "--transport", "unix",
+                              "--sizes", sizes, "--iterations", "50"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                             text=True)
+    try:
+        pid = None
+        for line in bench.stderr:                     # bounded: the run prints this line, or exits
+            found = re.search(r"started here, pid (\d+)", line)
+            if found:
+                pid = int(found.group(1))
+                break
+        assert pid is not None and pid != bench.pid
+        if how == "killed":
+            bench.kill()
+        assert bench.wait(timeout=120) == (-signal.SIGKILL if how == "killed" else 0)
+        assert _gone(pid), f"daemon {pid} outlived the bench run ({how})"
+    finally:
+        if bench.poll() is None:
+            bench.kill()
+            bench.wait()
+        bench.stderr.close()
