@@ -281,7 +281,9 @@ def test_two_half_shares_split_a_busy_device(cluster, procs, scripts, tmp_path):
             for _ in range(2)]
     for r in runs:
         r.expect("READY", timeout=60)
-    go.write_text(str(time.time() + 0.3))
+    ready = tmp_path / "go.tmp"
+    ready.write_text(str(time.time() + 0.3))
+    ready.rename(go)            # at once: a script polling for the file never reads it half-written
     results = [r.expect(r"COUNT (\d+) (\S+)", timeout=60) for r in runs]
     assert [r.wait(30) for r in runs] == [0, 0]
     assert results[0].group(2) == results[1].group(2)          # pack put both on one device
