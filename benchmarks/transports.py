@@ -13,8 +13,9 @@ Measured in one run, on this machine, between two processes each time:
              grpc, socket over TCP, socket over the Unix socket, shm (and verbs with a device):
              H2D of SIZE (cupy.asarray(host) + synchronize), D2H of SIZE (x.get()), and three 64 B
              blocking round trips: the channel's own (PING/PONG frames answered by the daemon's
-             connection thread), a sync op (the smallest op with a reply, through client and daemon
-             session code), and z.get() of a 64-byte array.
+             connection thread), Device.synchronize() and z.get() of a 64-byte array (through the
+             client's and the daemon's session code; on a data plane as QUICK/QUIET frames, on
+             gRPC as an op batch and its reply).
 
 Prints the table with the ratios against the targets: socket >= 0.8x raw TCP socket bandwidth,
 shm >= 0.8x the shm write+read baseline and >= 0.5x memcpy, grpc >= 1.0 GB/s, and the small round

@@ -107,6 +107,7 @@ def test_quiet_payloads_round_trip_and_malformed_ones_are_refused():
         (1, good[:8] + b"|O8\0\0\0\0\0" + good[16:], True),      # object dtype
         (1, good[:8] + b"\xff" * 8 + good[16:], True),           # not a dtype at all
         (1, good[:16] + (2**62).to_bytes(8, "little") + good[24:], True),   # extent past any memory
+        (2, good[:16] + bytes(8) + (2**63 + 5).to_bytes(8, "little"), True),  # empty, one extent past NumPy's
     ]
     for aux, payload, fetch in bad:
         with pytest.raises(TransportError):

@@ -87,8 +87,15 @@ def quiet_payload(seq: int, host=None) -> bytes:
     """A QUIET frame's payload (its aux is `host.ndim`, or 0): the seq, and a fetched C-contiguous array."""
     if host is None:
         return U64.pack(seq)
-    return b"".join((U64.pack(seq), host.dtype.str.encode().ljust(8, b"\0"),
-                     struct.pack(f"<{host.ndim}Q", *host.shape), host.tobytes()))
+    return b"".join((U64.pack(seq), _dtype_field(host.dtype), struct.pack(f"<{host.ndim}Q", *host.shape),
+                     host.tobytes()))
+
+
+def _dtype_field(dtype: numpy.dtype) -> bytes:
+    field = _DTYPE_FIELDS.get(dtype)
+    if field is None:
+        field = _DTYPE_FIELDS[dtype] = dtype.str.encode().ljust(8, b"\0")
+    return field
 
 
 def parse_quiet(aux: int, payload, fetch: bool):
@@ -101,15 +108,26 @@ def parse_quiet(aux: int, payload, fetch: bool):
     head = U64.size + 8 + 8 * aux
     if aux > DEFAULTS.max_rank or len(payload) < head:
         raise TransportError(f"malformed QUIET frame for a fetch ({aux} extents, {len(payload):,} bytes)")
-    seq = U64.unpack_from(payload)[0]
+    field = bytes(payload[8:16])
+    dtype = _FIELD_DTYPES.get(field)
     try:
-        dtype = dtype_from_wire(bytes(payload[8:16]).rstrip(b"\0").decode("ascii"))
-        shape = checked_shape(struct.unpack_from(f"<{aux}Q", payload, 16), dtype.itemsize)
+        if dtype is None:
+            dtype = dtype_from_wire(field.rstrip(b"\0").decode("ascii"))
+            if len(_FIELD_DTYPES) < 64:
+                _FIELD_DTYPES[field] = dtype
+        shape = struct.unpack_from(f"<{aux}Q", payload, 16)
+        n = math.prod(shape)
+        if not n:       # an empty array: its other extents are checked against NumPy's limits
+            shape = checked_shape(shape, dtype.itemsize)
     except (TypeError, ValueError, UnicodeDecodeError) as exc:
         raise TransportError(f"malformed QUIET frame for a fetch: {exc}") from None
-    if len(payload) - head != math.prod(shape) * dtype.itemsize:
+    if len(payload) - head != n * dtype.itemsize:
         raise TransportError(f"QUIET frame: {len(payload) - head:,} bytes for an array of shape {shape} of {dtype}")
-    return seq, numpy.frombuffer(payload, dtype, offset=head).reshape(shape).copy()
+    return U64.unpack_from(payload)[0], numpy.frombuffer(payload, dtype, offset=head).reshape(shape).copy()
+
+
+_DTYPE_FIELDS: dict = {}       # dtype -> its 8-byte QUIET field (a handful of dtypes ever)
+_FIELD_DTYPES: dict = {}       # and back, validated
 
 
 class PeerClosed(EOFError):
