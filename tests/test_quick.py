@@ -58,6 +58,9 @@ def test_small_reads_and_syncs_give_what_the_op_path_gives(daemon, transport, mo
             if host.size == 1:
                 assert dev.item() == host.item() and type(dev.item()) is type(host.item())
                 assert float(dev.real if host.dtype.kind == "c" else dev) == float(host.real)
+        grid = cp.asarray(np.arange(12.0).reshape(3, 4))
+        np.testing.assert_array_equal(grid.T.get(), np.arange(12.0).reshape(3, 4).T)     # not contiguous:
+        np.testing.assert_array_equal(grid[:, ::2].get(), np.arange(12.0).reshape(3, 4)[:, ::2])   # the op path
         dev.get()[0] = 7.0                      # a copy: the device array is untouched
         assert dev.get()[0] != 7.0
         before = gpuremote.stats()["round_trips"]
@@ -69,7 +72,7 @@ def test_small_reads_and_syncs_give_what_the_op_path_gives(daemon, transport, mo
         assert gpuremote.stats()["round_trips"] == before + 2
         np.testing.assert_array_equal(y.get(), host * 2)
         # the 0-d array: get(), item() twice, float(); five more small arrays: get(); two syncs. The
-        # array past the inline size (dev, and y) never.
+        # array past the inline size (dev, and y) never; the two views ask QUICK and get the op's reply.
         assert len(quiet) == (0 if transport == "grpc" else 4 + 5 + 2), quiet
 
 
