@@ -14,13 +14,11 @@ import json
 import os
 import pathlib
 import re
-import select
 import signal
 import subprocess
 import sys
 import tempfile
 import threading
-import time
 
 import grpc
 
@@ -156,35 +154,28 @@ class ChildDaemon:
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                      env=dict(os.environ, PYTHONUNBUFFERED="1"), preexec_fn=_die_with_parent)
         self._saved_env = None
-        try:
-            self.address = self._await_address(timeout_s)
-        except BaseException:
+        self.address = ""
+        self._said: list[str] = []
+        self._listening = threading.Event()
+        # Its log is read to the end (and dropped) so that the daemon never blocks on a full pipe.
+        threading.Thread(target=self._read_log, daemon=True, name="gpuremote-daemon-log").start()
+        if not self._listening.wait(timeout_s) or not self.address:
+            code = self.proc.poll()
             self.stop()
-            raise
-        # Its log goes on being read (and dropped) so that the daemon never blocks on a full pipe.
-        threading.Thread(target=self._drain, daemon=True, name="gpuremote-daemon-log").start()
+            said = "; ".join(line for line in self._said[-3:] if line) or "no output"
+            why = f"exited with status {code}" if code is not None else f"did not start within {timeout_s:.0f} s"
+            raise LaunchError(f"the local daemon {why}: {said}")
         self._saved_env = auth.update_environ(self._token.client_env())
 
-    def _await_address(self, timeout_s: float) -> str:
-        deadline = time.monotonic() + timeout_s
-        said = []
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([self.proc.stdout], [], [], max(0.0, deadline - time.monotonic()))
-            if not ready:
-                break
-            line = self.proc.stdout.readline()
-            if not line:
-                break
-            said.append(line.strip())
-            found = re.search(r"listening on (\S+)", line)
-            if found:
-                return found.group(1)
-        last = "; ".join(said[-3:]) or "no output"
-        raise LaunchError(f"the local daemon did not start within {timeout_s:.0f} s ({last})")
-
-    def _drain(self) -> None:
-        for _ in self.proc.stdout:
-            pass
+    def _read_log(self) -> None:
+        for line in self.proc.stdout:
+            if not self._listening.is_set():
+                self._said.append(line.strip())
+                found = re.search(r"listening on (\S+)", line)
+                if found:
+                    self.address = found.group(1)
+                    self._listening.set()
+        self._listening.set()       # the daemon exited: nobody waits in vain
 
     def stop(self) -> None:
         if self.proc.poll() is None:

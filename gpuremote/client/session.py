@@ -33,8 +33,8 @@ from gpuremote.memo import Memo
 from gpuremote.transport import attach as attach_link
 from gpuremote.transport import buffers, grpc_chunks, host_id
 from gpuremote.transport.base import PeerEnded
-from gpuremote.transport.frames import QUICK_ALL_STREAMS, QUICK_FETCH, QUICK_SYNC
 from gpuremote.transport.base import lost as link_lost
+from gpuremote.transport.frames import QUICK_ALL_STREAMS, QUICK_FETCH, QUICK_SYNC
 from gpuremote.transport.grpc_channel import open_channel, translate
 from gpuremote.wire import pb, vpb
 from gpuremote.wire.codec import decode, dtype_from_wire, encode
