@@ -160,7 +160,10 @@ class ChildDaemon:
         # Its log is read to the end (and dropped) so that the daemon never blocks on a full pipe.
         threading.Thread(target=self._read_log, daemon=True, name="gpuremote-daemon-log").start()
         if not self._listening.wait(timeout_s) or not self.address:
-            code = self.proc.poll()
+            try:
+                code = self.proc.wait(timeout=2) if self._listening.is_set() else None    # its output ended
+            except subprocess.TimeoutExpired:
+                code = None
             self.stop()
             said = "; ".join(line for line in self._said[-3:] if line) or "no output"
             why = f"exited with status {code}" if code is not None else f"did not start within {timeout_s:.0f} s"
