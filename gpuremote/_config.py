@@ -103,10 +103,11 @@ class Defaults:
     # Whether the daemon offers shared memory to clients on its host: 0 where /dev/shm-backed
     # memory is scarce or a sandbox refuses memfds (clients then use the Unix socket).
     shm: int = 1
-    # Shared-memory (and verbs) ring per direction: slots x slot size; 4 x 4 MiB pipelined measured
-    # 11 GB/s here, and 16 MiB per direction is small next to the arrays it moves.
+    # Shared-memory (and verbs) ring per direction: slots x slot size. A 4 MiB ring stays in the
+    # caches both ends' copies go through: 256 MiB pageable transfers over 4 x 1 MiB measured a median
+    # 0.64x memcpy against 0.48x over 4 x 4 MiB, eight alternated runs (benchmarks/RESULTS.md, run G).
     ring_slots: int = 4
-    ring_slot_bytes: int = 4 * 2**20
+    ring_slot_bytes: int = 1 * 2**20
     # verbs: GID table index of port 1 (0: the port's default GID; RoCE v2 over IPv4 is often 1 or 3).
     verbs_gid_index: int = 0
     # Shared segments (pinned host buffers) one session may map in the daemon, and their total size:
