@@ -48,7 +48,7 @@ import sys
 import threading
 import time
 
-from _child import stop as stop_process
+from gpuremote.launcher import stop_process
 
 RSS_GROWTH_TARGET = 0.05
 MAX_LIVE = 6

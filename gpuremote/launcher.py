@@ -141,57 +141,79 @@ class EmbeddedDaemon:
         self._token.remove()
 
 
-class ChildDaemon:
-    """`gpuremote daemon` as a child process on a free loopback port (one emulated device without a
-    GPU), for `bench memcpy --local`: an application and its daemon are two processes everywhere
-    else, and two threads of one process would measure their contention for one GIL instead (a
-    64 B copy took ~5x as long that way). Token and environment as EmbeddedDaemon's."""
+class ListeningProcess:
+    """A server subprocess that prints `listening on ADDRESS` once it serves (`address`; `line`: that
+    whole line). Its output is read to the end, the last lines kept for errors, so that it never
+    blocks on a full pipe. With `die_with_parent` it is ended when this process dies (Linux)."""
 
-    def __init__(self, memory: int, timeout_s: float = 60.0):
-        self._token = auth.EphemeralToken()
-        cmd = [sys.executable, "-m", "gpuremote.cli", "daemon", "--listen", "127.0.0.1:0",
-               "--token-file", self._token.path, "--emulate-memory", str(memory)]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                     env=dict(os.environ, PYTHONUNBUFFERED="1"), preexec_fn=_die_with_parent)
-        self._saved_env = None
-        self.address = ""
-        self._said: list[str] = []
+    def __init__(self, name: str, cmd: list[str], timeout_s: float = 60.0, env: dict | None = None,
+                 die_with_parent: bool = False):
+        self.name = name
+        self.tail: list[str] = []
+        self.line = self.address = ""
         self._listening = threading.Event()
-        # Its log is read to the end (and dropped) so that the daemon never blocks on a full pipe.
-        threading.Thread(target=self._read_log, daemon=True, name="gpuremote-daemon-log").start()
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                     env=dict(os.environ if env is None else env, PYTHONUNBUFFERED="1"),
+                                     preexec_fn=_die_with_parent if die_with_parent else None)
+        threading.Thread(target=self._read, daemon=True, name=f"{name} output").start()
         if not self._listening.wait(timeout_s) or not self.address:
             try:
                 code = self.proc.wait(timeout=2) if self._listening.is_set() else None    # its output ended
             except subprocess.TimeoutExpired:
                 code = None
             self.stop()
-            said = "; ".join(line for line in self._said[-3:] if line) or "no output"
-            why = f"exited with status {code}" if code is not None else f"did not start within {timeout_s:.0f} s"
-            raise LaunchError(f"the local daemon {why}: {said}")
-        self._saved_env = auth.update_environ(self._token.client_env())
+            why = f"exited with status {code}" if code is not None else f"did not start within {timeout_s:g} s"
+            raise LaunchError(f"{name} {why}; its last output:\n  " + "\n  ".join(self.tail[-5:] or ["(none)"]))
 
-    def _read_log(self) -> None:
-        for line in self.proc.stdout:
-            if not self._listening.is_set():
-                self._said.append(line.strip())
-                found = re.search(r"listening on (\S+)", line)
-                if found:
-                    self.address = found.group(1)
-                    self._listening.set()
-        self._listening.set()       # the daemon exited: nobody waits in vain
+    def _read(self) -> None:
+        try:
+            for line in self.proc.stdout:
+                self.tail = (self.tail + [line.rstrip()])[-20:]
+                if not self.address:
+                    found = re.search(r"listening on (\S+)", line)
+                    if found:
+                        self.line, self.address = line, found.group(1)
+                        self._listening.set()
+        except (ValueError, OSError):      # the pipe closed under us: the process is being stopped
+            pass
+        self._listening.set()              # the output ended: nobody waits in vain
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
+
+
+class ChildDaemon(ListeningProcess):
+    """`gpuremote daemon` as a child process on a free loopback port (one emulated device without a
+    GPU), for `bench memcpy --local`: an application and its daemon are two processes everywhere
+    else, and two threads of one process would measure their contention for one GIL instead (a
+    64 B copy took ~5x as long that way). Token and environment as EmbeddedDaemon's; the daemon
+    ends with this process, SIGKILL included (Linux)."""
+
+    def __init__(self, memory: int, timeout_s: float = 60.0):
+        self._token = auth.EphemeralToken()
+        self._saved_env = None
+        super().__init__("the local daemon", [sys.executable, "-m", "gpuremote.cli", "daemon", "--listen", "127.0.0.1:0",
+                                              "--token-file", self._token.path, "--emulate-memory", str(memory)],
+                         timeout_s, die_with_parent=True)
+        self._saved_env = auth.update_environ(self._token.client_env())
+
+    def stop(self) -> None:
+        super().stop()
         if self._saved_env is not None:
             auth.update_environ(self._saved_env)
             self._saved_env = None
         self._token.remove()
+
+
+def stop_process(proc: subprocess.Popen, timeout: float = 10.0) -> None:
+    """End `proc` (SIGTERM, then SIGKILL after `timeout` s) and reap it."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=timeout)
 
 
 def _die_with_parent() -> None:

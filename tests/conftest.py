@@ -48,13 +48,8 @@ class DaemonProcess:
             return daemon_pb2_grpc.DaemonStub(channel).Info(pb.InfoRequest(), timeout=10)
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
+        from gpuremote.launcher import stop_process
+        stop_process(self.proc)
         if self.proc.stdout:
             self.proc.stdout.close()
 

@@ -460,19 +460,8 @@ class Session:
                     op.fetch.land_segment, op.fetch.land_offset = land
             seq = op.seq
             self._flush()
-            start = time.perf_counter()
-            try:
-                reply = self._next().reply
-                if reply.seq != seq:
-                    raise ProtocolError(f"reply for op {reply.seq} arrived while waiting for op {seq}")
-                result = self._result(reply, into)
-            finally:
-                STATS.round_trips += 1
-                STATS.blocked_s += time.perf_counter() - start
-        if reply.notice:
-            self._notice(reply.notice)
-        self._raise_errors(reply)
-        return result
+            reply, result = self._await(seq, self._next, into)
+        return self._conclude(reply, result)
 
     def sync(self, device: int, stream: int, all_streams: bool, site: str) -> None:
         """Wait until the ops issued to `stream` (every stream: `all_streams`) of `device` have run."""
@@ -508,29 +497,41 @@ class Session:
             seq = next(self._seq)
             STATS.ops += 1
             STATS.messages += 1
-            start = time.perf_counter()
-            try:
+
+            def ask():
                 try:
-                    answer = self._link.quick(code, seq, device, stream, flags, handle, site)
+                    return self._link.quick(code, seq, device, stream, flags, handle, site)
                 except (OSError, EOFError, ProtocolError, LimitExceededError) as exc:
                     raise self._link_lost(exc) from None
-                if type(answer) is tuple:
-                    if answer[0] != seq:
-                        raise ProtocolError(f"reply for op {answer[0]} arrived while waiting for op {seq}")
-                    result = answer[1]
-                    if result is not None:
-                        STATS.bytes_d2h += result.nbytes
-                    return result
-                reply = answer.reply
-                if reply.seq != seq:
-                    raise ProtocolError(f"reply for op {reply.seq} arrived while waiting for op {seq}")
-                result = self._result(reply)
-            finally:
-                STATS.round_trips += 1
-                STATS.blocked_s += time.perf_counter() - start
-        if reply.notice:
-            self._notice(reply.notice)
-        self._raise_errors(reply)
+            reply, result = self._await(seq, ask)
+        return self._conclude(reply, result)
+
+    def _await(self, seq: int, receive: Callable[[], Any], into: numpy.ndarray | None = None) -> tuple:
+        """(reply, result) of op `seq`, whose answer `receive` waits for: a ServerMessage, or a QUICK
+        op's QUIET answer as (seq, result), which has no reply."""
+        start = time.perf_counter()
+        try:
+            answer = receive()
+            if type(answer) is tuple:
+                if answer[0] != seq:
+                    raise ProtocolError(f"reply for op {answer[0]} arrived while waiting for op {seq}")
+                if answer[1] is not None:
+                    STATS.bytes_d2h += answer[1].nbytes
+                return None, answer[1]
+            reply = answer.reply
+            if reply.seq != seq:
+                raise ProtocolError(f"reply for op {reply.seq} arrived while waiting for op {seq}")
+            return reply, self._result(reply, into)
+        finally:
+            STATS.round_trips += 1
+            STATS.blocked_s += time.perf_counter() - start
+
+    def _conclude(self, reply: pb.Reply | None, result: Any) -> Any:
+        """After the session's lock: the reply's notice and errors, then the result."""
+        if reply is not None:
+            if reply.notice:
+                self._notice(reply.notice)
+            self._raise_errors(reply)
         return result
 
     def _notice(self, text: str) -> None:
