@@ -224,3 +224,32 @@ def test_arbitrary_quick_frames(daemon, code, payload):
         outbox.put(None)
         channel.close()
     assert daemon.info().devices
+
+
+@pytest.mark.parametrize("transport", ["unix", "shm"])
+def test_threads_share_a_session_through_quick_round_trips(daemon, transport):
+    """Several threads reading and syncing on one session at once: each gets its own answers."""
+    import threading
+    with connected(daemon.address, transport) as (cp, _):
+        arrays = [cp.asarray(np.full(16, float(i))) for i in range(4)]
+        failures: list = []
+
+        def work(i: int) -> None:
+            try:
+                for k in range(150):
+                    if k % 3 == 0:
+                        cp.cuda.Device().synchronize()
+                    got = arrays[i].get()
+                    if not (got == float(i)).all() or float(arrays[i][k % 16]) != float(i):
+                        failures.append((i, k, got[:3]))
+                        return
+            except Exception as exc:        # reported below, with the thread that met it
+                failures.append((i, repr(exc)))
+
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        assert not any(t.is_alive() for t in threads), "a thread is stuck in a round trip"
+        assert not failures, failures
