@@ -353,6 +353,12 @@ class ndarray:
         return self.size * self.dtype.itemsize
 
     @property
+    def data(self):
+        """A cupy.cuda.MemoryPointer to this array's bytes (C-contiguous arrays only)."""
+        from gpuremote.cupy.cuda.memory import MemoryPointer
+        return MemoryPointer(self)
+
+    @property
     def device(self):
         from gpuremote.cupy.cuda import Device
         return Device(self._gr_device)
