@@ -125,3 +125,19 @@ def test_the_contiguity_query_refuses_what_is_not_one_array(daemon):
                 service_call("cuda.memory.contiguous", args, value=True)
         assert service_call("cuda.memory.contiguous", (cp.zeros((2, 3)),), value=True) is True
         assert service_call("cuda.memory.contiguous", (cp.zeros((2, 3)).T,), value=True) is False
+
+
+def test_device_to_device_between_two_daemons(daemon):
+    import gpuremote
+    other = DaemonProcess(*backend_args(devices=1, memory="256MiB"))
+    try:
+        with connected(daemon.address, "unix") as (cp, _):
+            gpuremote.connect(other.address)
+            a = cp.asarray(np.arange(100, dtype=np.int64))
+            with cp.cuda.Device(1):
+                b = cp.zeros(100, dtype=cp.int64)
+            assert b.device.id == 1 and a.device.id == 0
+            cp.cuda.runtime.memcpy(b.data.ptr + 80, a.data.ptr, 400, cp.cuda.runtime.memcpyDeviceToDevice)
+            np.testing.assert_array_equal(b.get(), np.r_[np.zeros(10, np.int64), np.arange(50), np.zeros(40, np.int64)])
+    finally:
+        other.stop()
