@@ -92,6 +92,7 @@ def test_bad_addresses_sizes_and_kinds_change_nothing(daemon):
             ((h.ctypes.data, x.data.ptr, 4, rt.memcpyHostToDevice), "does not match the addresses"),
             ((0, x.data.ptr, 4, rt.memcpyDeviceToHost), "not a host address"),
             ((-8, x.data.ptr, 4, rt.memcpyDefault), "not a host address"),
+            ((16, x.data.ptr, 4, rt.memcpyDefault), "not a host address"),
             ((2**62, x.data.ptr, 4, rt.memcpyDeviceToDevice), "no gpuremote array holds"),
         ]
         for args, message in bad:

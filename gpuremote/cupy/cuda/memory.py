@@ -55,6 +55,7 @@ def get_default_memory_pool() -> MemoryPool:
 # proxy is its own allocation: a view's address is not its base's plus an offset, as it is in CuPy.
 DEVICE_BASE = 1 << 60
 _ALIGN = 512                        # as CuPy's allocator rounds
+_FIRST_HOST_ADDRESS = 4096          # nothing is ever mapped in the first page (NULL + small offsets)
 _next_base = DEVICE_BASE
 _bases: list[int] = []              # sorted, of the live entries below
 _spans: dict[int, tuple] = {}       # base -> (weakref to the array, its bytes, its flat uint8 view)
@@ -113,7 +114,7 @@ def host_bytes(ptr, size: int) -> numpy.ndarray:
     """`size` bytes of this process's memory at address `ptr` (an int or ctypes.c_void_p), as a
     writable uint8 array over them (no copy). Like CUDA, a host address is taken on trust."""
     ptr = getattr(ptr, "value", ptr)
-    if not isinstance(ptr, int) or isinstance(ptr, bool) or ptr <= 0 or is_device(ptr):
+    if not isinstance(ptr, int) or isinstance(ptr, bool) or ptr < _FIRST_HOST_ADDRESS or is_device(ptr):
         raise ValueError(f"{ptr!r} is not a host address")
     if size == 0:
         return numpy.empty(0, numpy.uint8)
