@@ -113,7 +113,7 @@ _SERVICE = {
     "cuda.runtime.getDeviceCount": "value", "cuda.runtime.getDeviceProperties": "value",
     "cuda.runtime.memGetInfo": "value", "cuda.MemoryPool.used_bytes": "value",
     "cuda.MemoryPool.total_bytes": "value", "cuda.MemoryPool.free_all_blocks": "none",
-    "ndarray.item": "value", "ndarray.__copy_from__": "none", "cuda.memory.contiguous": "value",
+    "ndarray.item": "value", "ndarray.__copy_from__": "none", "cuda.memory.layout": "value",
 }
 PROPERTIES = frozenset({"T", "real", "imag"})
 

@@ -118,14 +118,23 @@ def test_bad_addresses_sizes_and_kinds_change_nothing(daemon):
             rt.memcpy(h.ctypes.data, gone, 4, rt.memcpyDeviceToHost)
 
 
-def test_the_contiguity_query_refuses_what_is_not_one_array(daemon):
+def test_layout_queries_match_numpy_and_refuse_what_is_not_one_array(daemon):
     with connected(daemon.address, "unix") as (cp, _):
         from gpuremote.cupy._core import service_call
         for args in ((), (5,), ("x",), (cp.zeros(2), cp.zeros(2))):
             with pytest.raises(TypeError, match="one device array"):
-                service_call("cuda.memory.contiguous", args, value=True)
-        assert service_call("cuda.memory.contiguous", (cp.zeros((2, 3)),), value=True) is True
-        assert service_call("cuda.memory.contiguous", (cp.zeros((2, 3)).T,), value=True) is False
+                service_call("cuda.memory.layout", args, value=True)
+        host = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+        dev = cp.asarray(host)
+        for view in (lambda x: x, lambda x: x.T, lambda x: x[:, ::2], lambda x: x[1], lambda x: x[0, 0, 0],
+                     lambda x: x.reshape(4, 6)[:, 1:3], lambda x: x.astype(np.float64, order="F")):
+            want, got = view(host), view(dev)
+            assert got.strides == want.strides
+            assert (got.flags.c_contiguous, got.flags.f_contiguous) == (want.flags.c_contiguous, want.flags.f_contiguous)
+            assert got.flags["C_CONTIGUOUS"] == want.flags["C_CONTIGUOUS"] and got.flags["F"] == want.flags["F"]
+        with pytest.raises(KeyError, match="C_CONTIGUOUS and F_CONTIGUOUS"):
+            dev.flags["WRITEABLE"]
+        assert "C_CONTIGUOUS : True" in repr(dev.flags)
 
 
 def test_device_to_device_between_two_daemons(daemon):

@@ -282,7 +282,8 @@ def _property(name: str):
 class ndarray:
     """A CuPy-compatible array whose data lives on a gpuremote device."""
 
-    __slots__ = ("_gr_session", "_gr_handle", "_gr_remote", "_gr_device", "_shape", "_dtype", "__weakref__")
+    __slots__ = ("_gr_session", "_gr_handle", "_gr_remote", "_gr_device", "_shape", "_dtype", "_gr_layout",
+                 "__weakref__")
     __array_priority__ = 100.0
     __array_ufunc__ = None      # NumPy defers to our reflected operators instead of converting us
     __hash__ = None             # mutable, like numpy and cupy arrays
@@ -351,6 +352,24 @@ class ndarray:
     @property
     def nbytes(self) -> int:
         return self.size * self.dtype.itemsize
+
+    def _layout(self) -> tuple:
+        """(strides, C-contiguous, F-contiguous), asked of the daemon once (a round trip): only
+        it knows how a view lies in memory, and that never changes."""
+        try:
+            return self._gr_layout
+        except AttributeError:
+            strides, c, f = service_call("cuda.memory.layout", (self,), self._gr_device, value=True)
+            self._gr_layout = (tuple(strides), c, f)
+            return self._gr_layout
+
+    @property
+    def strides(self) -> tuple:
+        return self._layout()[0]
+
+    @property
+    def flags(self) -> "Flags":
+        return Flags(*self._layout()[1:])
 
     @property
     def data(self):
@@ -488,6 +507,26 @@ for _name in SURFACE:
         else:
             setattr(ndarray, _attr, _method(_name))
 del _name, _attr
+
+
+class Flags:
+    """ndarray.flags: the memory layout flags CuPy's arrays have (c_contiguous, f_contiguous),
+    as attributes or as flags["C_CONTIGUOUS"] / flags["F_CONTIGUOUS"]."""
+
+    __slots__ = ("c_contiguous", "f_contiguous")
+
+    def __init__(self, c_contiguous: bool, f_contiguous: bool):
+        self.c_contiguous = c_contiguous
+        self.f_contiguous = f_contiguous
+
+    def __getitem__(self, name: str) -> bool:
+        key = {"C_CONTIGUOUS": "c_contiguous", "C": "c_contiguous", "F_CONTIGUOUS": "f_contiguous", "F": "f_contiguous"}
+        if name not in key:
+            raise KeyError(f"{name!r}: gpuremote arrays have the flags C_CONTIGUOUS and F_CONTIGUOUS")
+        return getattr(self, key[name])
+
+    def __repr__(self) -> str:
+        return f"  C_CONTIGUOUS : {self.c_contiguous}\n  F_CONTIGUOUS : {self.f_contiguous}"
 
 
 def service_call(name: str, args: tuple = (), index: int | None = None, stream: int | None = None,

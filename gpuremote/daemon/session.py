@@ -768,10 +768,11 @@ class Session:
             if mem is not backend.memory[device]:    # under a pool grant: what the lease may still use
                 free, total = min(free, mem.capacity - mem.used), mem.capacity
             return free, total
-        if name == "cuda.memory.contiguous":        # whether an array's bytes may be addressed (ndarray.data)
+        if name == "cuda.memory.layout":            # ndarray.strides and .flags (and whether .data may be)
             if len(args) != 1 or not hasattr(args[0], "flags"):
-                raise TypeError("cuda.memory.contiguous takes one device array")
-            return bool(args[0].flags.c_contiguous)
+                raise TypeError("cuda.memory.layout takes one device array")
+            arr = args[0]
+            return tuple(int(s) for s in arr.strides), bool(arr.flags.c_contiguous), bool(arr.flags.f_contiguous)
         if name in ("cuda.MemoryPool.used_bytes", "cuda.MemoryPool.total_bytes"):
             return self.memory_used[device]
         if name == "cuda.MemoryPool.free_all_blocks":

@@ -77,7 +77,7 @@ def address_of(arr) -> int:
     base = _base_of.get(id(arr))
     if base is not None and _spans.get(base, (lambda: None,))[0]() is arr:
         return base
-    if not service_call("cuda.memory.contiguous", (arr,), arr._gr_device, value=True):
+    if not arr.flags.c_contiguous:
         raise ValueError("gpuremote addresses the bytes of C-contiguous arrays only: use "
                          "cupy.ascontiguousarray(x).data")
     flat = arr.reshape(-1).view(numpy.uint8)      # a view of its bytes, on the daemon
