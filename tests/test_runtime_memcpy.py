@@ -44,9 +44,13 @@ def test_copies_of_every_kind_move_exact_bytes(daemon, transport):
         f = cp.asarray(np.arange(12, dtype=np.float64).reshape(3, 4))
         g = cp.empty((4, 3), dtype=cp.float64)
         stream = cp.cuda.Stream()
-        rt.memcpyAsync(g.data.ptr, f.data.ptr, f.nbytes, rt.memcpyDeviceToDevice, stream)
+        rt.memcpyAsync(g.data.ptr, f.data.ptr, f.nbytes, rt.memcpyDeviceToDevice, stream.ptr)
         stream.synchronize()
         np.testing.assert_array_equal(g.get(), np.arange(12.0).reshape(4, 3))
+        rt.memsetAsync(g.data.ptr, 0, 8, stream)
+        g.data.copy_from_host_async(np.float64([5.0]).ctypes.data, 8, stream)   # after the memset, in order
+        stream.synchronize()
+        assert g.get()[0, 0] == 5.0
 
 
 def test_memory_pointer_methods_and_memset(daemon):
@@ -100,6 +104,10 @@ def test_bad_addresses_sizes_and_kinds_change_nothing(daemon):
                 rt.memcpy(*args)
         with pytest.raises(ValueError, match="not a device address"):
             rt.memset(h.ctypes.data, 0, 4)
+        with pytest.raises(ValueError, match="no stream has ptr"):
+            rt.memcpyAsync(x.data.ptr, h.ctypes.data, 4, rt.memcpyHostToDevice, 987654321)
+        with pytest.raises(TypeError):
+            rt.memsetAsync(x.data.ptr, 0, 4, "stream")
         with pytest.raises(ValueError, match="must not be negative"):
             rt.memset(x.data.ptr, 0, -4)
         with pytest.raises(TypeError, match="MemoryPointer"):

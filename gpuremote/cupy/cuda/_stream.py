@@ -3,7 +3,9 @@ run in issue order, events record a point in a stream and time the span between 
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import operator
 import weakref
 
 from gpuremote.client import context
@@ -12,6 +14,19 @@ from gpuremote.cupy._core import service_call, sync_device
 _stream_ids = itertools.count(1)
 _event_ids = itertools.count(1)
 _streams: "weakref.WeakValueDictionary[int, Stream]" = weakref.WeakValueDictionary()
+
+
+def on_stream(stream):
+    """The context that issues ops on `stream`: a Stream, its ptr, or 0/None (the current stream),
+    as runtime calls and MemoryPointer's *_async methods take it."""
+    if stream is None or (isinstance(stream, int) and stream == 0):
+        return contextlib.nullcontext()
+    if isinstance(stream, Stream):
+        return stream
+    found = _streams.get(operator.index(stream))
+    if found is None:
+        raise ValueError(f"no stream has ptr {stream!r}: pass a cupy.cuda.Stream or its .ptr")
+    return found
 
 
 class Stream:
@@ -24,6 +39,11 @@ class Stream:
         self._previous: list[int] = []
         if self.id:
             _streams[self.id] = self
+
+    @property
+    def ptr(self) -> int:
+        """The stream's handle, as runtime calls take it (0: the null stream)."""
+        return self.id
 
     def use(self) -> "Stream":
         context.set_current_stream(self.device_id, self.id)

@@ -16,6 +16,7 @@ import weakref
 import numpy
 
 from gpuremote.cupy._core import service_call
+from gpuremote.cupy.cuda._stream import on_stream
 from gpuremote.errors import OutOfMemoryError  # noqa: F401
 
 
@@ -172,18 +173,23 @@ class MemoryPointer:
         from gpuremote.cupy.cuda.runtime import memset
         memset(self.ptr, value, size)
 
-    # The *_async forms: gpuremote's copies from and to host memory are done when they return.
+    # The *_async forms run on `stream` (None: the current one); their host side is done when they return.
     def copy_from_host_async(self, mem, size: int, stream=None) -> None:
-        self.copy_from_host(mem, size)
+        with on_stream(stream):
+            self.copy_from_host(mem, size)
 
     def copy_to_host_async(self, mem, size: int, stream=None) -> None:
-        self.copy_to_host(mem, size)
+        with on_stream(stream):
+            self.copy_to_host(mem, size)
 
     def copy_from_device_async(self, src: "MemoryPointer", size: int, stream=None) -> None:
-        self.copy_from_device(src, size)
+        with on_stream(stream):
+            self.copy_from_device(src, size)
 
     def copy_from_async(self, mem, size: int, stream=None) -> None:
-        self.copy_from(mem, size)
+        with on_stream(stream):
+            self.copy_from(mem, size)
 
     def memset_async(self, value: int, size: int, stream=None) -> None:
-        self.memset(value, size)
+        with on_stream(stream):
+            self.memset(value, size)

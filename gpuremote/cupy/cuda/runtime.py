@@ -8,6 +8,7 @@ import operator
 
 from gpuremote.client import context
 from gpuremote.cupy._core import service_call, sync_device
+from gpuremote.cupy.cuda._stream import on_stream
 
 
 def getDeviceCount() -> int:
@@ -82,10 +83,11 @@ def memcpy(dst, src, size: int, kind: int) -> None:
         dflat[doff:doff + size] = part if part._gr_session is dflat._gr_session else part.get()
 
 
-def memcpyAsync(dst, src, size: int, kind: int, stream=None) -> None:
-    """cudaMemcpyAsync: as memcpy (its host side is done when it returns; the device side is
-    ordered with the ops already issued)."""
-    memcpy(dst, src, size, kind)
+def memcpyAsync(dst, src, size: int, kind: int, stream=0) -> None:
+    """cudaMemcpyAsync on `stream` (a Stream or its ptr; 0: the null stream): as memcpy, its host
+    side done when it returns, its device side ordered with the stream's ops."""
+    with on_stream(stream):
+        memcpy(dst, src, size, kind)
 
 
 def memset(ptr, value: int, size: int) -> None:
@@ -101,5 +103,6 @@ def memset(ptr, value: int, size: int) -> None:
         flat[off:off + size] = operator.index(value) & 0xFF
 
 
-def memsetAsync(ptr, value: int, size: int, stream=None) -> None:
-    memset(ptr, value, size)
+def memsetAsync(ptr, value: int, size: int, stream=0) -> None:
+    with on_stream(stream):
+        memset(ptr, value, size)
