@@ -372,17 +372,17 @@ def memcpy(daemon_address, local, transports, directions, memories, sizes, facto
         console = Console(width=max(100, 24 + 26 * (1 + len(names))))
     err = Console(stderr=True)
     address = daemon_address or (None if local else os.environ.get("GPUREMOTE_DAEMON", "").split(",")[0].strip())
-    embedded = None
+    local_daemon = None
     targets: list = [Native()]
     try:
         if names and not address:
             from gpuremote.launcher import ChildDaemon
             memory = max(2 * 2**30, 4 * max(size_list))
             try:
-                embedded = ChildDaemon(memory)
+                local_daemon = ChildDaemon(memory)
             except Exception as exc:
                 raise click.ClickException(f"cannot start a local daemon: {exc}")
-            address = embedded.address
+            address = local_daemon.address
         seen = set()
         for name in names:
             try:
@@ -396,7 +396,7 @@ def memcpy(daemon_address, local, transports, directions, memories, sizes, facto
                 continue
             seen.add(target.actual)
             targets.append(target)
-        where = f"daemon {address}" + (f" (started here, pid {embedded.proc.pid})" if embedded else "")
+        where = f"daemon {address}" + (f" (started here, pid {local_daemon.proc.pid})" if local_daemon else "")
         err.print(f"gpuremote bench memcpy: {where}; native = {targets[0].actual}; "
                   f"{len(size_list)} sizes {human(size_list[0])}..{human(size_list[-1])}")
         records = _run(targets, directions, memories, size_list, iterations, err, Progress, BarColumn,
@@ -407,8 +407,8 @@ def memcpy(daemon_address, local, transports, directions, memories, sizes, facto
                 t.close()
             except Exception:
                 pass
-        if embedded is not None:
-            embedded.stop()
+        if local_daemon is not None:
+            local_daemon.stop()
     labels = [t.label for t in targets]
     render(records, labels, console)
     if json_path:

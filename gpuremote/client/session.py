@@ -215,11 +215,15 @@ class Session:
         return obj._gr_handle
 
     # -- queueing -----------------------------------------------------------------------
-    def _new_op(self, device: int, stream: int, site: str) -> pb.Op:
+    def _check_open(self) -> None:
+        """Raise why the session can take no more ops (lost or closed), if it cannot."""
         if self.lost is not None:
             raise self.lost
         if self.closed:
             raise DeviceLostError(f"the session with {self.address} is closed")
+
+    def _new_op(self, device: int, stream: int, site: str) -> pb.Op:
+        self._check_open()
         op = self._add_op(device, stream, site)
         self._queued += 1
         STATS.ops += 1
@@ -284,7 +288,7 @@ class Session:
         it, in encoding order. With one, a call repeated at the same site is replayed by id."""
         with self._lock:
             if self.lost is not None or self.closed:
-                self._new_op(device, stream, site)  # raises the reason
+                self._check_open()
             define = 0
             if signature is not None and self._max_templates:
                 key = (signature, device, stream, site)
@@ -489,10 +493,7 @@ class Session:
         """A sync point as one QUICK frame of the link (frames.py), after what is queued: the daemon
         answers QUIET (the op's outcome alone) or, when it has more to say, the reply a request gets."""
         with self._lock:
-            if self.lost is not None:
-                raise self.lost
-            if self.closed:
-                raise DeviceLostError(f"the session with {self.address} is closed")
+            self._check_open()
             self._flush()
             seq = next(self._seq)
             STATS.ops += 1

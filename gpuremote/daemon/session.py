@@ -223,7 +223,7 @@ class Session:
                 raise SessionEnded(self.ending)
             kind = op.WhichOneof("kind")
             if op.reply:
-                if not self._deferred and not self._dropped and self.drain_deadline is None:
+                if self.quiet():
                     reply = self._quiet(op, kind)   # the common sync points, answered directly
                     if reply is not None:
                         yield reply
@@ -285,7 +285,10 @@ class Session:
         if arr is None or not arr.flags.c_contiguous or arr.nbytes > limit:
             return None
         try:
-            with self.backend.activate(device, stream, self.streams):
+            if self.backend.scoped:
+                with self.backend.activate(device, stream, self.streams):
+                    host = numpy.asarray(self.backend.to_host(arr), order="C")
+            else:           # the emulated device: no context to enter on this per-sync-point path
                 host = numpy.asarray(self.backend.to_host(arr), order="C")
         except Exception:
             return None

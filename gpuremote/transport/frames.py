@@ -43,6 +43,7 @@ import time
 import numpy
 
 from gpuremote._config import DEFAULTS
+from gpuremote.memo import Memo
 from gpuremote.transport.base import TransportError
 from gpuremote.wire.codec import checked_shape, dtype_from_wire
 
@@ -94,7 +95,7 @@ def quiet_payload(seq: int, host=None) -> bytes:
 def _dtype_field(dtype: numpy.dtype) -> bytes:
     field = _DTYPE_FIELDS.get(dtype)
     if field is None:
-        field = _DTYPE_FIELDS[dtype] = dtype.str.encode().ljust(8, b"\0")
+        field = _DTYPE_FIELDS.put(dtype, dtype.str.encode().ljust(8, b"\0"))
     return field
 
 
@@ -112,9 +113,7 @@ def parse_quiet(aux: int, payload, fetch: bool):
     dtype = _FIELD_DTYPES.get(field)
     try:
         if dtype is None:
-            dtype = dtype_from_wire(field.rstrip(b"\0").decode("ascii"))
-            if len(_FIELD_DTYPES) < 64:
-                _FIELD_DTYPES[field] = dtype
+            dtype = _FIELD_DTYPES.put(field, dtype_from_wire(field.rstrip(b"\0").decode("ascii")))
         shape = struct.unpack_from(f"<{aux}Q", payload, 16)
         n = math.prod(shape)
         if not n:       # an empty array: its other extents are checked against NumPy's limits
@@ -127,8 +126,8 @@ def parse_quiet(aux: int, payload, fetch: bool):
     return U64.unpack_from(payload)[0], numpy.ndarray(shape, dtype, bytearray(payload[head:]))
 
 
-_DTYPE_FIELDS: dict = {}       # dtype -> its 8-byte QUIET field (a handful of dtypes ever)
-_FIELD_DTYPES: dict = {}       # and back, validated
+_DTYPE_FIELDS = Memo(64)       # dtype -> its 8-byte QUIET field (a handful of dtypes ever)
+_FIELD_DTYPES = Memo(64)       # and back, validated
 
 
 class PeerClosed(EOFError):

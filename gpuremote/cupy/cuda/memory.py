@@ -76,7 +76,8 @@ def address_of(arr) -> int:
     """The virtual device address of C-contiguous proxy `arr` (given on first use)."""
     global _next_base
     base = _base_of.get(id(arr))
-    if base is not None and _spans.get(base, (lambda: None,))[0]() is arr:
+    entry = _spans.get(base)
+    if entry is not None and entry[0]() is arr:
         return base
     if not arr.flags.c_contiguous:
         raise ValueError("gpuremote addresses the bytes of C-contiguous arrays only: use "
@@ -111,12 +112,19 @@ def is_device(ptr: int) -> bool:
     return ptr >= DEVICE_BASE
 
 
-def host_bytes(ptr, size: int) -> numpy.ndarray:
-    """`size` bytes of this process's memory at address `ptr` (an int or ctypes.c_void_p), as a
-    writable uint8 array over them (no copy). Like CUDA, a host address is taken on trust."""
+def host_address(ptr) -> int:
+    """`ptr` (an int or ctypes.c_void_p) as a host address; ValueError when it cannot be one. Like
+    CUDA, an address that passes is taken on trust."""
     ptr = getattr(ptr, "value", ptr)
     if not isinstance(ptr, int) or isinstance(ptr, bool) or ptr < _FIRST_HOST_ADDRESS or is_device(ptr):
         raise ValueError(f"{ptr!r} is not a host address")
+    return ptr
+
+
+def host_bytes(ptr, size: int) -> numpy.ndarray:
+    """`size` bytes of this process's memory at host address `ptr`, as a writable uint8 array over
+    them (no copy)."""
+    ptr = host_address(ptr)
     if size == 0:
         return numpy.empty(0, numpy.uint8)
     return numpy.ctypeslib.as_array(ctypes.cast(ptr, ctypes.POINTER(ctypes.c_uint8)), (size,))

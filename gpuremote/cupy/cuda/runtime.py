@@ -68,7 +68,7 @@ def memcpy(dst, src, size: int, kind: int) -> None:
     if size == 0:
         return
     if actual == memcpyHostToHost:
-        ctypes.memmove(memory.host_bytes(dst, size).ctypes.data, memory.host_bytes(src, size).ctypes.data, size)
+        ctypes.memmove(memory.host_address(dst), memory.host_address(src), size)
     elif actual == memcpyHostToDevice:
         flat, off = memory.device_span(dst, size)
         flat[off:off + size] = memory.host_bytes(src, size)
