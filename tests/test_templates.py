@@ -97,6 +97,29 @@ def test_a_replayed_call_that_would_not_fit_is_refused_and_nothing_leaks(target)
         assert float((x * 3)[:2].sum()) == 6.0
 
 
+def test_replayed_views_scalars_and_functions_keep_results_and_the_ledger_exact(target):
+    # The daemon runs a replayed call whose arrays lead its arguments as one Python call (templates.direct):
+    # a view must share its owner's bytes, a reduction to a NumPy scalar must come back as a 0-d array.
+    host = np.arange(12, dtype=np.float32)
+    with connected(target.address) as (cp, session):
+        x = cp.asarray(host)
+        before = gpuremote.stats()["replayed"]
+        for _ in range(4):
+            v = x.reshape(3, 4)                 # method, a view of x
+            s = v.sum()                         # method, a scalar on the daemon
+            m = cp.maximum(v, s)                # function of two arrays
+            c = cp.clip(m, 2.0, 70.0)           # function, constants after the arrays
+            k = v.max(axis=1, keepdims=True)    # method with keywords
+        assert gpuremote.stats()["replayed"] - before == 2 * 5
+        expect_s = host.sum()
+        assert s.shape == () and float(s) == expect_s
+        np.testing.assert_array_equal(c.get(), np.clip(np.maximum(host.reshape(3, 4), expect_s), 2.0, 70.0))
+        np.testing.assert_array_equal(k.get(), host.reshape(3, 4).max(axis=1, keepdims=True))
+        mine = [dict(t.memory_used) for t in target.info().sessions if t.session_id == session.session_id]
+        # x (48 B; v shares it), s (4 B), m and c (48 B each), k (12 B)
+        assert mine == [{0: 48 + 4 + 48 + 48 + 12}]
+
+
 def test_minus_zero_and_zero_are_different_templates(target):
     with connected(target.address) as (cp, _):
         x = cp.asarray(np.array([1.0, -2.0]))

@@ -111,6 +111,7 @@ class Session:
         self._bulk = None            # bulk-byte adapter of a data-plane connection (daemon/dataplane.py)
         self._functions: dict[str, Callable] = {}     # backend functions resolved (_function)
         self._templates: dict[int, templates.Template] = {}   # call templates by id (daemon/templates.py)
+        self._array_type, self._scoped = backend.array_type, backend.scoped    # read per replayed call
         # Shutdown (daemon/server.py drain): the monotonic time by which the session will be ended,
         # told to the client in every reply; then `ending`, the reason, ends it between two ops.
         self.drain_deadline: float | None = None
@@ -350,7 +351,24 @@ class Session:
         plan = self._plan(op.call.name)
         if op.call.results and plan.rule in ("none", "self", "value"):
             raise ProtocolError(f"{plan.name} returns no array, but the op names result handles")
-        self._templates[tid] = templates.define(op, plan, len(self.backend.props))
+        t = templates.define(op, plan, len(self.backend.props))
+        t.direct = templates.direct(t, self._direct_callable(plan))
+        self._templates[tid] = t
+
+    def _direct_callable(self, plan: _Plan) -> Callable | None:
+        """What _invoke would call for `plan` with the arrays first (an array method, unbound, or a
+        backend function), where it calls one; None otherwise (properties, indexing, random, services)."""
+        if plan.kind == "method":
+            attr = plan.entry.attr
+            if attr in PROPERTIES or attr == "__getitem__":
+                return None
+            return getattr(self._array_type, attr, None)    # None for the FUNCTION_METHODS (meta.array_method)
+        if plan.kind == "function":
+            try:
+                return self._function(plan.name)
+            except Exception:   # _invoke raises it, as the op's own error, when the template is replayed
+                return None
+        return None
 
     def _async_replay(self, op: pb.Op) -> None:
         """A Replay op that wants no reply: a malformed one is reported at the next sync point."""
@@ -374,52 +392,57 @@ class Session:
     def _run_replay(self, op: pb.Op, calls: list, hold: Hold) -> None:
         found = self._templates.get
         limit = self.limits.max_ops_per_batch
+        release, replay_call = self._release, self._replay_call
         n, i, count = len(calls), 0, 0
         bad_release = False
-        while i < n:
-            if self.ending is not None:
-                raise SessionEnded(self.ending)
-            tid = calls[i]
-            if tid == 0:            # a release: the next integer is the handle
-                if i + 1 == n:
-                    raise ProtocolError("the Replay op ends inside a release (id 0 and no handle)")
+        try:
+            while i < n:
+                if self.ending is not None:
+                    raise SessionEnded(self.ending)
+                tid = calls[i]
+                if tid == 0:            # a release: the next integer is the handle
+                    if i + 1 == n:
+                        raise ProtocolError("the Replay op ends inside a release (id 0 and no handle)")
+                    try:
+                        release(calls[i + 1])
+                    except KeyError as exc:     # reported once per run: a broken client may send millions
+                        if bad_release:
+                            self._dropped += 1
+                        else:
+                            bad_release = True
+                            self._defer(self._error_at("release", op.seq + count, "", exc))
+                    i += 2
+                    continue
+                t = found(tid)
+                if t is None:
+                    raise ProtocolError(f"replayed call {count} names call template {calls[i]}, which this "
+                                        "session has not defined; the rest of the Replay op was not run")
+                j = i + 1 + t.slots
+                k = j + t.results
+                if k > n:
+                    raise ProtocolError(f"the Replay op ends inside call {count} (template {calls[i]} takes "
+                                        f"{t.slots} handle(s) and {t.results} result(s))")
+                if count >= limit:
+                    raise LimitExceededError(f"a Replay op holds more than {limit} calls "
+                                             "(SessionOpened.limits.max_ops_per_batch); the rest was not run")
+                results = calls[j:k]
                 try:
-                    self._release(calls[i + 1])
-                except KeyError as exc:     # reported once per run: a broken client may send millions
-                    if bad_release:
-                        self._dropped += 1
-                    else:
-                        bad_release = True
-                        self._defer(self._error_at("release", op.seq + count, "", exc))
-                i += 2
-                continue
-            t = found(tid)
-            if t is None:
-                raise ProtocolError(f"replayed call {count} names call template {calls[i]}, which this "
-                                    "session has not defined; the rest of the Replay op was not run")
-            j = i + 1 + t.slots
-            k = j + t.results
-            if k > n:
-                raise ProtocolError(f"the Replay op ends inside call {count} (template {calls[i]} takes "
-                                    f"{t.slots} handle(s) and {t.results} result(s))")
-            if count >= limit:
-                raise LimitExceededError(f"a Replay op holds more than {limit} calls "
-                                         "(SessionOpened.limits.max_ops_per_batch); the rest was not run")
-            results = calls[j:k]
-            self.ops += 1
-            try:
-                self._replay_call(t, calls[i + 1:j], results, hold)
-            except _StreamBroken:
-                raise
-            except Poisoned as exc:
-                self._poison_handles(results, exc.error)
-            except Exception as exc:
-                err = self._error_at(t.plan.name, op.seq + count, t.site, exc)
-                self._poison_handles(results, err)
-                self._defer(err)
-            hold.call_done()
-            count += 1
-            i = k
+                    replay_call(t, calls[i + 1:j], results, hold)
+                except _StreamBroken:
+                    raise
+                except Poisoned as exc:
+                    self._poison_handles(results, exc.error)
+                except Exception as exc:
+                    err = self._error_at(t.plan.name, op.seq + count, t.site, exc)
+                    self._poison_handles(results, err)
+                    self._defer(err)
+                f = hold.flow           # Hold.call_done, inlined: this loop runs once per replayed call
+                if f is not None and f.sched._waiting:
+                    hold.drop()
+                count += 1
+                i = k
+        finally:
+            self.ops += count
 
     def _replay_call(self, t: templates.Template, handles: list, results: list, hold: Hold) -> None:
         table = self.handles
@@ -427,9 +450,9 @@ class Session:
             arrays = [table[h] for h in handles]
         except KeyError:
             arrays = [self._resolve(h) for h in handles]    # raises Poisoned, or names the handle
-        args, kwargs = t.fill(arrays)
-        metas = tuple([(a.shape, a.dtype) for a in arrays])
+        metas = [(a.shape, a.dtype) for a in arrays]
         if metas != t.metas:        # the bound depends on nothing else that can change
+            args, kwargs = t.fill(arrays)
             t.need = growth.bound(t.plan.entry, args, kwargs, self._meta_of)
             t.metas = metas
         device = t.device
@@ -438,12 +461,32 @@ class Session:
             raise self.tenancy.not_granted(device)
         if t.need:
             self.memory[device].check(t.need)
-        hold.take(flow, t.stream)
-        if self.backend.scoped:
-            with self.backend.activate(device, t.stream, self.streams):
-                result = self._invoke(t.plan, args, kwargs, t.op)
+        if hold.flow is not flow or hold.stream != t.stream:
+            hold.take(flow, t.stream)
+        direct = t.direct
+        if direct is not None and type(arrays[0]) is self._array_type:
+            # The call as one Python call on the arrays (templates.direct): no argument list to fill,
+            # no dispatch on the surface name. Same function, same arguments as _invoke's.
+            if self._scoped:
+                with self.backend.activate(device, t.stream, self.streams):
+                    result = direct(arrays)
+            else:
+                result = direct(arrays)
+            if result is NotImplemented:
+                raise TypeError(f"unsupported operand type(s) for {t.plan.entry.attr}")
+            if len(results) == 1 and type(result) is self._array_type:
+                if _STRICT_META:
+                    self._check_meta(t.plan.entry, *t.fill(arrays), [result])
+                self._bind_one(results[0], result, device)
+                return
+            args, kwargs = t.fill(arrays)
         else:
-            result = self._invoke(t.plan, args, kwargs, t.op)
+            args, kwargs = t.fill(arrays)
+            if self._scoped:
+                with self.backend.activate(device, t.stream, self.streams):
+                    result = self._invoke(t.plan, args, kwargs, t.op)
+            else:
+                result = self._invoke(t.plan, args, kwargs, t.op)
         self._bind_result(t.plan, result, results, device, args, kwargs)
 
     def run_op(self, op: pb.Op, next_message) -> Iterator[pb.ServerMessage]:

@@ -30,7 +30,7 @@ class Slot:
 
 class Template:
     __slots__ = ("plan", "device", "stream", "site", "args", "kwargs", "slots", "results", "tail", "metas",
-                 "need", "op")
+                 "need", "op", "direct")
 
     def fill(self, arrays: list) -> tuple[tuple, dict]:
         """The call's (args, kwargs) with `arrays` in its slots."""
@@ -49,6 +49,19 @@ def _fill(value: Any, arrays: list) -> Any:
     if t is slice:
         return slice(_fill(value.start, arrays), _fill(value.stop, arrays), _fill(value.step, arrays))
     return value
+
+
+def direct(t: Template, fn) -> Any:
+    """`fn` called on the slot arrays followed by the template's constants, as one function of the
+    arrays (`x + 1`: fn(x, 1)); None unless the slots lead the arguments and `fn` is given."""
+    tail, kwargs = t.tail, t.kwargs
+    if fn is None or tail is None or not t.slots:
+        return None
+    if kwargs:
+        return lambda arrays: fn(*arrays, *tail, **kwargs)
+    if tail:
+        return lambda arrays: fn(*arrays, *tail)
+    return lambda arrays: fn(*arrays)
 
 
 def _check_constants(value: Any) -> None:
@@ -99,8 +112,9 @@ def define(op: pb.Op, plan, n_devices: int) -> Template:
         and all(type(a) is Slot and a.index == i for i, a in enumerate(t.args[:t.slots])) \
         and not any(type(a) is Slot for a in t.args[t.slots:])
     t.tail = t.args[t.slots:] if leading else None
-    t.metas = None          # the slot arrays' (shape, dtype)s the bound `need` was computed for
+    t.metas = None          # the slot arrays' [(shape, dtype)] the bound `need` was computed for
     t.need = 0
     t.op = pb.Op(device=op.device, stream=op.stream, site=t.site)   # what _invoke reads of an op
     t.op.call.name = plan.name
+    t.direct = None
     return t

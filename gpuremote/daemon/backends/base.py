@@ -102,6 +102,9 @@ class Backend:
         """The function a module-level surface name stands for ("add", "linalg.inv", "fft.fft")."""
         raise NotImplementedError
 
+    # The class of the backend's arrays: a replayed call template looks its method up on it once.
+    array_type: type = numpy.ndarray
+
     # -- execution context ----------------------------------------------------------------
     # Whether `activate` does anything: where it does not, the hot path skips the context manager.
     scoped = False

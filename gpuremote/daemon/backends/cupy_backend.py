@@ -37,6 +37,7 @@ class CupyBackend(Backend):
         import cupy
         self.xp = cupy
         self._cupy = cupy
+        self.array_type = cupy.ndarray
         count = cupy.cuda.runtime.getDeviceCount()
         if count == 0:
             raise RuntimeError("no CUDA device found")
