@@ -7,8 +7,10 @@ Measured in one run, on this machine, between two processes each time:
 
   baselines  raw Python TCP and Unix stream sockets (sendall -> recv_into a reused, page-aligned
              buffer; 64 B ping-pong), a memfd shared-memory handoff (write + notify + read, whole
-             buffer, and as a pipelined 4 x 4 MiB ring), and single-thread memcpy (numpy.copyto
-             between reused page-aligned buffers, in this process);
+             buffer, and as a pipelined 4 x 4 MiB ring), single-thread memcpy (numpy.copyto
+             between reused page-aligned buffers, in this process), and a bare gRPC bidirectional
+             stream of raw bytes (generic handlers, no protobuf; 1 MiB messages from one reused bytes
+             object, one stream each way kept open), the ceiling gRPC Python itself has here;
   transports every transport the daemon (a subprocess, emulated backend) offers this client:
              grpc, socket over TCP, socket over the Unix socket, shm (and verbs with a device):
              H2D of SIZE (cupy.asarray(host) + synchronize), D2H of SIZE (x.get()), and three 64 B
@@ -18,10 +20,10 @@ Measured in one run, on this machine, between two processes each time:
              gRPC as an op batch and its reply).
 
 Prints the table with the ratios against the targets: socket >= 0.8x raw TCP socket bandwidth,
-shm >= 0.8x the shm write+read baseline and >= 0.5x memcpy, grpc >= 1.0 GB/s, and the small round
-trip through the fast op channel <= 2x the raw socket round trip (the same kind of socket; judged
-on each of the three round trips above). The
-exit status is 0 whenever the measurement ran, whatever PASS/FAIL says.
+shm >= 0.8x the shm write+read baseline and >= 0.5x memcpy, grpc >= 1.0 GB/s and >= 0.8x the bare
+gRPC stream, and the small round trip through the fast op channel <= 2x the raw socket round trip
+(the same kind of socket; judged on each of the three round trips above). The exit status is 0
+whenever the measurement ran, whatever PASS/FAIL says.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import json
 import mmap
 import os
 import platform
+import queue
 import re
 import signal
 import socket
@@ -45,7 +48,10 @@ from _child import Child
 
 RTT_BYTES = 64
 RING_SLOTS, RING_SLOT = 4, 4 * 2**20
-TARGETS = {"socket_vs_raw": 0.8, "shm_vs_handoff": 0.8, "shm_vs_memcpy": 0.5, "grpc_gbps": 1.0, "rtt_vs_raw": 2.0}
+GRPC_MSG = 2**20                      # gpuremote's chunk size (DEFAULTS.chunk_bytes)
+GRPC_OPTIONS = [("grpc.max_receive_message_length", 16 * 2**20), ("grpc.max_send_message_length", 16 * 2**20)]
+TARGETS = {"socket_vs_raw": 0.8, "shm_vs_handoff": 0.8, "shm_vs_memcpy": 0.5, "grpc_gbps": 1.0, "grpc_vs_raw": 0.8,
+           "rtt_vs_raw": 2.0}
 
 
 def aligned(nbytes: int) -> numpy.ndarray:
@@ -72,7 +78,8 @@ def serve_raw(size: int) -> None:
     unix.bind(path)
     unix.listen(4)
     buf = aligned(size)
-    print(f"listening on 127.0.0.1:{tcp.getsockname()[1]} unix:@{path[1:]}", flush=True)
+    grpc_server, grpc_port = serve_grpc(size)   # kept referenced: it serves as long as this process runs
+    print(f"listening on 127.0.0.1:{tcp.getsockname()[1]} unix:@{path[1:]} grpc:127.0.0.1:{grpc_port}", flush=True)
 
     def handle(conn: socket.socket) -> None:
         if conn.family == socket.AF_INET:
@@ -109,6 +116,38 @@ def serve_raw(size: int) -> None:
 
     threading.Thread(target=accept, args=(tcp,), daemon=True).start()
     accept(unix)
+
+
+def serve_grpc(size: int):
+    """Bare gRPC, bytes in and out (no serializers): "Up" acknowledges every SIZE bytes received with
+    one small message; "Down" answers each request (a size) with that many bytes in GRPC_MSG messages."""
+    from concurrent import futures
+
+    import grpc
+    chunk = bytes(GRPC_MSG)              # one object sent again and again: no per-message allocation of ours
+
+    def up(requests, context):
+        got = 0
+        for msg in requests:
+            got += len(msg)
+            if got >= size:
+                got -= size
+                yield b"k"
+
+    def down(requests, context):
+        for req in requests:
+            left = struct.unpack("<Q", req)[0]
+            while left:
+                n = min(left, GRPC_MSG)
+                yield chunk if n == GRPC_MSG else chunk[:n]
+                left -= n
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4), options=GRPC_OPTIONS)
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("bench.Raw", {
+        "Up": grpc.stream_stream_rpc_method_handler(up), "Down": grpc.stream_stream_rpc_method_handler(down)}),))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    return server, port
 
 
 def shm_peer(conn: socket.socket) -> None:
@@ -227,6 +266,44 @@ def shm_handoff(addresses: dict, size: int, reps: int, ring: bool) -> list[float
     s.close()
     del shared
     return out
+
+
+def grpc_bandwidth(address: str, size: int, reps: int) -> tuple[list[float], list[float]]:
+    """SIZE bytes up and down a bare gRPC stream in GRPC_MSG messages; one stream each way stays open
+    across the repetitions, as gpuremote's session stream does."""
+    import grpc
+    chunk = bytes(GRPC_MSG)
+    msgs = [chunk] * (size // GRPC_MSG) + ([chunk[:size % GRPC_MSG]] if size % GRPC_MSG else [])
+    feeds = queue.Queue(), queue.Queue()
+
+    def feed(q):                         # each queue item is a list of messages; None ends the stream
+        for batch in iter(q.get, None):
+            yield from batch
+    channel = grpc.insecure_channel(address, options=GRPC_OPTIONS)
+    # The deadline bounds every wait below should the server stall or die; even at 10 MB/s it is not reached.
+    deadline = 60 + 2 * (reps + 1) * size / 10e6
+    try:
+        ups = channel.stream_stream("/bench.Raw/Up")(feed(feeds[0]), timeout=deadline)
+        downs = channel.stream_stream("/bench.Raw/Down")(feed(feeds[1]), timeout=deadline)
+        up, down = [], []
+        for i in range(reps + 1):
+            t = time.perf_counter()
+            feeds[0].put(msgs)
+            next(ups)                    # the ack: all SIZE bytes arrived
+            t1 = time.perf_counter()
+            feeds[1].put([struct.pack("<Q", size)])
+            got = 0
+            while got < size:
+                got += len(next(downs))
+            t2 = time.perf_counter()
+            if i:
+                up.append(t1 - t)
+                down.append(t2 - t1)
+        return up, down
+    finally:
+        for q in feeds:                  # ends the request generators, whose gRPC threads wait on them
+            q.put(None)
+        channel.close()
 
 
 def memcpy(size: int, reps: int) -> list[float]:
@@ -355,7 +432,7 @@ def main(argv=None) -> int:
     try:
         raw = Child("raw socket server", [sys.executable, os.path.abspath(__file__), "--serve-raw", str(size)])
         children.append(raw)
-        m = re.search(r"listening on (\S+) unix:(\S+)", raw.line)
+        m = re.search(r"listening on (\S+) unix:(\S+) grpc:(\S+)", raw.line)
         addresses = {"tcp": m.group(1), "unix": m.group(2)}
         base = {}
         for kind in ("tcp", "unix"):
@@ -365,6 +442,8 @@ def main(argv=None) -> int:
         base["shm_handoff"] = {"gbps": gbps(shm_handoff(addresses, size, reps, ring=False), size)}
         base["shm_ring"] = {"gbps": gbps(shm_handoff(addresses, size, reps, ring=True), size)}
         base["memcpy"] = {"gbps": gbps(memcpy(size, reps), size)}
+        up, down = grpc_bandwidth(m.group(3), size, max(2, reps // 2))   # as many as the grpc transport gets
+        base["grpc_bare"] = {"h2d_gbps": gbps(up, size), "d2h_gbps": gbps(down, size)}
         memory = str(max(2 * 2**30, 6 * size))
         daemon = Child("gpuremote daemon", [sys.executable, "-m", "gpuremote.cli", "daemon", "--insecure", "--listen",
                                             "127.0.0.1:0", "--backend", "emulated", "--emulate", "1",
@@ -408,6 +487,9 @@ def report(base: dict, results: list, size: int, elapsed: float) -> dict:
     t.add_row(f"raw shm ring {RING_SLOTS} x {RING_SLOT >> 20} MiB", f"{base['shm_ring']['gbps']:.2f}", "", "", "",
               "", "", "", "")
     t.add_row("memcpy (1 thread)", f"{base['memcpy']['gbps']:.2f}", "", "", "", "", "", "", "")
+    bare = base["grpc_bare"]
+    t.add_row("raw gRPC bidi stream (bytes)", f"{bare['h2d_gbps']:.2f}", f"{bare['d2h_gbps']:.2f}", "", "", "", "", "",
+              "")
     out = {"size": size, "baselines": base, "transports": {}, "pass": {}}
     for r in results:
         name = r["transport"]
@@ -425,6 +507,8 @@ def report(base: dict, results: list, size: int, elapsed: float) -> dict:
         checks = []
         if name == "grpc":
             checks.append(("bandwidth", f">= {TARGETS['grpc_gbps']} GB/s", min(h2d, d2h), min(h2d, d2h) >= TARGETS["grpc_gbps"]))
+            ratio = min(h2d / bare["h2d_gbps"], d2h / bare["d2h_gbps"])
+            checks.append(("bandwidth", f">= {TARGETS['grpc_vs_raw']}x raw gRPC", ratio, ratio >= TARGETS["grpc_vs_raw"]))
         elif name in ("tcp", "unix"):
             ref = base[name]
             ratio = min(h2d / ref["h2d_gbps"], d2h / ref["d2h_gbps"])
@@ -452,7 +536,7 @@ def report(base: dict, results: list, size: int, elapsed: float) -> dict:
                       f"{h2d:.2f}" if first else "", f"{d2h:.2f}" if first else "",
                       (f"{chan:.1f}" if chan else "-") if first else "", f"{sync:.1f}" if first else "",
                       f"{rtt:.1f}" if first else "",
-                      f"{label} {target}", f"{ratio:.2f}" + ("" if label == "bandwidth" and name == "grpc" else "x"),
+                      f"{label} {target}", f"{ratio:.2f}" + ("" if target.endswith("GB/s") else "x"),
                       verdict(ok))
             out["pass"][f"{name}: {label} {target}"] = bool(ok)
             first = False
