@@ -474,6 +474,8 @@ class Session:
                 result = direct(arrays)
             if result is NotImplemented:
                 raise TypeError(f"unsupported operand type(s) for {t.plan.entry.attr}")
+            if not results:     # in place (`w -= lr * g`): nothing to bind
+                return
             if len(results) == 1 and type(result) is self._array_type:
                 if _STRICT_META:
                     self._check_meta(t.plan.entry, *t.fill(arrays), [result])
