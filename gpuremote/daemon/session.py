@@ -436,9 +436,7 @@ class Session:
                     err = self._error_at(t.plan.name, op.seq + count, t.site, exc)
                     self._poison_handles(results, err)
                     self._defer(err)
-                f = hold.flow           # Hold.call_done, inlined: this loop runs once per replayed call
-                if f is not None and f.sched._waiting:
-                    hold.drop()
+                hold.call_done()
                 count += 1
                 i = k
         finally:
@@ -461,8 +459,7 @@ class Session:
             raise self.tenancy.not_granted(device)
         if t.need:
             self.memory[device].check(t.need)
-        if hold.flow is not flow or hold.stream != t.stream:
-            hold.take(flow, t.stream)
+        hold.take(flow, t.stream)
         direct = t.direct
         if direct is not None and type(arrays[0]) is self._array_type:
             # The call as one Python call on the arrays (templates.direct): no argument list to fill,
