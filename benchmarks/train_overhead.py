@@ -84,14 +84,16 @@ def measure(size: tuple[int, int], args, stats_file: str) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--epochs", type=int, default=20)
+    parser.add_argument("--repeats", type=int, default=3, help="runs of each side, alternated (default 3)")
+    parser.add_argument("--epochs", type=int, default=20, help="training epochs per run (default 20)")
     parser.add_argument("--sizes", type=sizes, default=[DEFAULT_SIZE],
                         help="BATCHxHIDDEN,... (default: the example's 64x128)")
     parser.add_argument("--without-templates", action="store_true",
                         help="also run the remote side with call templates off, side by side")
     parser.add_argument("--json", metavar="FILE")
     args = parser.parse_args()
+    if args.repeats < 1 or args.epochs < 1:
+        parser.error("--repeats and --epochs must be at least 1")
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for size in args.sizes:

@@ -420,7 +420,12 @@ def main(argv=None) -> int:
     parser.add_argument("--serve-raw", metavar="SIZE", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     from gpuremote._config import parse_size
-    size = parse_size(args.size)
+    try:
+        size = parse_size(args.size)
+    except ValueError as exc:
+        parser.error(str(exc))
+    if not 1 <= size <= 4 * 2**30:      # the run holds several buffers of this size at once
+        parser.error(f"--size must be between 1 byte and 4GiB, not {args.size}")
     if args.serve_raw:
         serve_raw(int(args.serve_raw))
         return 0
