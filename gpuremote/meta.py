@@ -24,7 +24,7 @@ from numpy.lib.array_utils import normalize_axis_index, normalize_axis_tuple
 from numpy.lib.stride_tricks import as_strided
 
 from gpuremote.memo import Memo
-from gpuremote.surface import PROPERTIES, Entry
+from gpuremote.surface import PROPERTIES, SURFACE, Entry
 
 Meta = tuple[tuple[int, ...], numpy.dtype]
 MetaOf = Callable[[Any], Any]
@@ -699,3 +699,8 @@ def returns_sequence(entry: Entry, args: tuple, n: int) -> bool:
     if entry.name.startswith("atleast_"):
         return len(args) > 1
     return n != 1
+
+
+# The names returns_sequence may answer True for with one result: every other one-result op
+# returns its array as it is (the client's hot path checks this set instead of calling it).
+MAY_RETURN_SEQUENCE = ALWAYS_SEQUENCE | {"where"} | {n for n in SURFACE if n.startswith("atleast_")}

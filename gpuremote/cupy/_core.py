@@ -16,7 +16,8 @@ import numpy
 from gpuremote.client import context
 from gpuremote.client.session import Session
 from gpuremote.memo import Memo
-from gpuremote.meta import ALWAYS_SEQUENCE, LIST_RESULTS, fast_elementwise, NOT_ARRAY, Unknown, derive, nout_of, returns_sequence
+from gpuremote.meta import (LIST_RESULTS, MAY_RETURN_SEQUENCE, NOT_ARRAY, Unknown, derive, fast_elementwise, nout_of,
+                            returns_sequence)
 from gpuremote.surface import SURFACE, Entry
 from gpuremote.wire.codec import check_dtype
 
@@ -143,9 +144,6 @@ _DERIVED = Memo(8192)
 # Rules not worth a signature: no results to describe.
 _UNCACHED_RULES = frozenset({"none", "value"})
 
-# Names whose one result may still come back in a tuple (meta.returns_sequence).
-_MAY_RETURN_SEQUENCE = ALWAYS_SEQUENCE | {"where"} | {n for n in SURFACE if n.startswith("atleast_")}
-
 _PLAIN = frozenset({int, float, bool, complex, str, type(None), type(Ellipsis)})
 
 
@@ -233,7 +231,7 @@ def forward(name: str, args: tuple, kwargs: dict, entry: Entry | None = None) ->
         return out
     if metas is not None:
         n = len(metas)
-        if n == 1 and name not in _MAY_RETURN_SEQUENCE:     # the common case: one array, returned as it is
+        if n == 1 and name not in MAY_RETURN_SEQUENCE:     # the common case: one array, returned as it is
             handle = next(session._handles)
             session.call(name, args, kwargs, (handle,), remote, stream, where, key, proxies)
             return ndarray._wrap(session, handle, remote, index, metas[0])
