@@ -111,7 +111,7 @@ class Session:
         self._bulk = None            # bulk-byte adapter of a data-plane connection (daemon/dataplane.py)
         self._functions: dict[str, Callable] = {}     # backend functions resolved (_function)
         self._templates: dict[int, templates.Template] = {}   # call templates by id (daemon/templates.py)
-        self._array_type, self._scoped = backend.array_type, backend.scoped    # read per replayed call
+        self._array_type, self._scoped = backend.array_type, backend.scoped    # read per op
         # Shutdown (daemon/server.py drain): the monotonic time by which the session will be ended,
         # told to the client in every reply; then `ending`, the reason, ends it between two ops.
         self.drain_deadline: float | None = None
@@ -286,11 +286,7 @@ class Session:
         if arr is None or not arr.flags.c_contiguous or arr.nbytes > limit:
             return None
         try:
-            if self.backend.scoped:
-                with self.backend.activate(device, stream, self.streams):
-                    host = numpy.asarray(self.backend.to_host(arr), order="C")
-            else:           # the emulated device: no context to enter on this per-sync-point path
-                host = numpy.asarray(self.backend.to_host(arr), order="C")
+            host = self._on_device(device, stream, lambda: numpy.asarray(self.backend.to_host(arr), order="C"))
         except Exception:
             return None
         self.ops += 1
@@ -464,11 +460,7 @@ class Session:
         if direct is not None and type(arrays[0]) is self._array_type:
             # The call as one Python call on the arrays (templates.direct): no argument list to fill,
             # no dispatch on the surface name. Same function, same arguments as _invoke's.
-            if self._scoped:
-                with self.backend.activate(device, t.stream, self.streams):
-                    result = direct(arrays)
-            else:
-                result = direct(arrays)
+            result = self._on_device(device, t.stream, direct, arrays)
             if result is NotImplemented:
                 raise TypeError(f"unsupported operand type(s) for {t.plan.entry.attr}")
             if not results:     # in place (`w -= lr * g`): nothing to bind
@@ -481,11 +473,7 @@ class Session:
             args, kwargs = t.fill(arrays)
         else:
             args, kwargs = t.fill(arrays)
-            if self._scoped:
-                with self.backend.activate(device, t.stream, self.streams):
-                    result = self._invoke(t.plan, args, kwargs, t.op)
-            else:
-                result = self._invoke(t.plan, args, kwargs, t.op)
+            result = self._on_device(device, t.stream, self._invoke, t.plan, args, kwargs, t.op)
         self._bind_result(t.plan, result, results, device, args, kwargs)
 
     def run_op(self, op: pb.Op, next_message) -> Iterator[pb.ServerMessage]:
@@ -637,11 +625,7 @@ class Session:
         flow = flows[device]
         mark = flow.enter(op.stream, self.streams)
         try:
-            if self.backend.scoped:     # the cupy backend: the op's device and stream made current
-                with self.backend.activate(device, op.stream, self.streams):
-                    result = fn(*operands)
-            else:
-                result = fn(*operands)
+            result = self._on_device(device, op.stream, fn, *operands)
         finally:
             flow.leave(mark, op.stream, self.streams)
         if result is NotImplemented:
@@ -676,10 +660,15 @@ class Session:
         results = call.results
         if results and plan.rule in ("none", "self", "value"):
             raise ProtocolError(f"{name} returns no array, but the op names result handles")
-        if self.backend.scoped:       # the cupy backend makes the op's device and stream current
-            with self.backend.activate(op.device, op.stream, self.streams):
-                return self._execute(plan, args, kwargs, results, op)
-        return self._execute(plan, args, kwargs, results, op)
+        return self._on_device(op.device, op.stream, self._execute, plan, args, kwargs, results, op)
+
+    def _on_device(self, device: int, stream: int, fn: Callable, *args) -> Any:
+        """fn(*args) with the op's device and stream made current where the backend has such a
+        context (cupy); called plainly where it has none (emulated: no context manager per op)."""
+        if not self._scoped:
+            return fn(*args)
+        with self.backend.activate(device, stream, self.streams):
+            return fn(*args)
 
     @staticmethod
     def _plan(name: str) -> _Plan:
