@@ -326,17 +326,9 @@ class Session:
 
     def _replay(self, tid: int, proxies, results) -> None:
         handles = [p._gr_handle if p._gr_session is self else self.handle_of(p) for p in proxies]
-        releases, run = self._releases, self._run
-        if releases:
-            if run is not None and len(releases) == 1:   # _queue_releases' common case, inlined
-                run.append(0)
-                run.append(releases.pop())
-                self._batch_bytes += 12
-            else:
-                self._queue_releases()
-                run = self._run
-        if run is None:
-            run = self._open_run()
+        if self._releases:
+            self._queue_releases()
+        run = self._run if self._run is not None else self._open_run()
         if self._run_calls:
             next(self._seq)         # the i-th call of the run has the run op's seq + i
         self._run_calls += 1

@@ -179,10 +179,6 @@ def _sig(a: Any, proxies: list, depth: int = 0):
 def _signature(name: str, args: tuple, kwargs: dict, proxies: list) -> tuple | None:
     key = [name]
     for a in args:
-        if type(a) is ndarray and a._shape is not None:     # _sig's first case, inlined: the usual argument
-            proxies.append(a)
-            key.append((a._shape, a._dtype))
-            continue
         s = _sig(a, proxies)
         if s is None:
             return None
