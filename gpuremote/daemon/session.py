@@ -388,55 +388,52 @@ class Session:
     def _run_replay(self, op: pb.Op, calls: list, hold: Hold) -> None:
         found = self._templates.get
         limit = self.limits.max_ops_per_batch
-        release, replay_call = self._release, self._replay_call
         n, i, count = len(calls), 0, 0
         bad_release = False
-        try:
-            while i < n:
-                if self.ending is not None:
-                    raise SessionEnded(self.ending)
-                tid = calls[i]
-                if tid == 0:            # a release: the next integer is the handle
-                    if i + 1 == n:
-                        raise ProtocolError("the Replay op ends inside a release (id 0 and no handle)")
-                    try:
-                        release(calls[i + 1])
-                    except KeyError as exc:     # reported once per run: a broken client may send millions
-                        if bad_release:
-                            self._dropped += 1
-                        else:
-                            bad_release = True
-                            self._defer(self._error_at("release", op.seq + count, "", exc))
-                    i += 2
-                    continue
-                t = found(tid)
-                if t is None:
-                    raise ProtocolError(f"replayed call {count} names call template {calls[i]}, which this "
-                                        "session has not defined; the rest of the Replay op was not run")
-                j = i + 1 + t.slots
-                k = j + t.results
-                if k > n:
-                    raise ProtocolError(f"the Replay op ends inside call {count} (template {calls[i]} takes "
-                                        f"{t.slots} handle(s) and {t.results} result(s))")
-                if count >= limit:
-                    raise LimitExceededError(f"a Replay op holds more than {limit} calls "
-                                             "(SessionOpened.limits.max_ops_per_batch); the rest was not run")
-                results = calls[j:k]
+        while i < n:
+            if self.ending is not None:
+                raise SessionEnded(self.ending)
+            tid = calls[i]
+            if tid == 0:            # a release: the next integer is the handle
+                if i + 1 == n:
+                    raise ProtocolError("the Replay op ends inside a release (id 0 and no handle)")
                 try:
-                    replay_call(t, calls[i + 1:j], results, hold)
-                except _StreamBroken:
-                    raise
-                except Poisoned as exc:
-                    self._poison_handles(results, exc.error)
-                except Exception as exc:
-                    err = self._error_at(t.plan.name, op.seq + count, t.site, exc)
-                    self._poison_handles(results, err)
-                    self._defer(err)
-                hold.call_done()
-                count += 1
-                i = k
-        finally:
-            self.ops += count
+                    self._release(calls[i + 1])
+                except KeyError as exc:     # reported once per run: a broken client may send millions
+                    if bad_release:
+                        self._dropped += 1
+                    else:
+                        bad_release = True
+                        self._defer(self._error_at("release", op.seq + count, "", exc))
+                i += 2
+                continue
+            t = found(tid)
+            if t is None:
+                raise ProtocolError(f"replayed call {count} names call template {calls[i]}, which this "
+                                    "session has not defined; the rest of the Replay op was not run")
+            j = i + 1 + t.slots
+            k = j + t.results
+            if k > n:
+                raise ProtocolError(f"the Replay op ends inside call {count} (template {calls[i]} takes "
+                                    f"{t.slots} handle(s) and {t.results} result(s))")
+            if count >= limit:
+                raise LimitExceededError(f"a Replay op holds more than {limit} calls "
+                                         "(SessionOpened.limits.max_ops_per_batch); the rest was not run")
+            results = calls[j:k]
+            self.ops += 1
+            try:
+                self._replay_call(t, calls[i + 1:j], results, hold)
+            except _StreamBroken:
+                raise
+            except Poisoned as exc:
+                self._poison_handles(results, exc.error)
+            except Exception as exc:
+                err = self._error_at(t.plan.name, op.seq + count, t.site, exc)
+                self._poison_handles(results, err)
+                self._defer(err)
+            hold.call_done()
+            count += 1
+            i = k
 
     def _replay_call(self, t: templates.Template, handles: list, results: list, hold: Hold) -> None:
         table = self.handles
