@@ -149,9 +149,7 @@ def main(argv=None) -> int:
                     up.data = bytes(math.prod(up.meta.shape) * numpy.dtype(up.meta.dtype).itemsize)
                     up.chunks = 0
         backend = EmulatedBackend(1)
-        limits = pb.Limits(max_message_bytes=DEFAULTS.max_message_bytes, max_ops_per_batch=DEFAULTS.max_ops_per_batch,
-                           max_handles=DEFAULTS.max_handles, chunk_bytes=DEFAULTS.chunk_bytes,
-                           max_rank=DEFAULTS.max_rank, max_templates=DEFAULTS.max_templates)
+        limits = session.limits         # the ones the daemon gave this session (SessionOpened.limits)
 
         def steps(model, x, y):
             for _ in range(args.steps):
