@@ -87,6 +87,7 @@ def daemon(listen, backend, devices, emulate, emulate_memory, max_sessions, drai
     """
     from gpuremote.daemon.backends import create
     from gpuremote.daemon.server import DaemonServer
+    from gpuremote.daemon.session import replay_loop
 
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(message)s")
@@ -109,7 +110,8 @@ def daemon(listen, backend, devices, emulate, emulate_memory, max_sessions, drai
     names = ", ".join(f"{p.index}: {p.name} ({p.total_memory / 2**30:.1f} GiB)" for p in dev.props)
     stop = stop_on_signals()    # before the address is announced: a signal right after it stops us cleanly
     click.echo(f"gpuremote daemon {__version__} listening on {server.address} "
-               f"(backend {dev.kind}; devices {names}; {security.describe()})", err=False)
+               f"(backend {dev.kind}; devices {names}; replay loop {replay_loop(dev)}; {security.describe()})",
+               err=False)
     sys.stdout.flush()
     try:
         membership.start(server, listen)    # --pool: join it; --metrics-port: serve metrics

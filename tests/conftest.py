@@ -33,6 +33,7 @@ class DaemonProcess:
             m = re.search(r"listening on (\S+)", line)
             if m:
                 self.address = m.group(1)
+                self.banner = line      # the start-up line: backend, devices, replay loop, security
                 return
             if not line and self.proc.poll() is not None:
                 break

@@ -20,9 +20,23 @@ from gpuremote.wire import pb
 
 from gpuremote.wire.codec import array_from_wire
 
-from conftest import DaemonProcess, backend_args
+from conftest import BACKEND, DaemonProcess, backend_args
+from gpuremote.daemon import session as session_module
 from test_hostile import (H, assert_ok, batch, call, connected, error_of, fetch, opening,  # noqa: F401
-                          raw_session, replies, sync, target, upload, victim)
+                          raw_session, replies, sync, target, upload)
+
+
+@pytest.fixture(scope="module", params=["compiled", "python"])
+def victim(request):
+    """test_hostile's daemon (`target` checks it afterwards), once per replay loop: the compiled one
+    (native/replay.c) and the Python one (GPUREMOTE_NATIVE=0) must behave alike in every test here."""
+    if request.param == "compiled" and session_module._native is None:
+        pytest.skip("gpuremote._native is not built (no C compiler at install): the daemon runs the Python loop")
+    d = DaemonProcess(*backend_args(devices=1, memory="64MiB"),
+                      env={"GPUREMOTE_NATIVE": "1" if request.param == "compiled" else "0"})
+    assert f"replay loop {request.param}" in d.banner.lower() or BACKEND == "cupy", d.banner
+    yield d
+    d.stop()
 
 
 def replay(seq: int, *calls: int) -> pb.Op:
@@ -191,6 +205,41 @@ def test_replays_run_in_order_with_results_and_errors(target):
     errors = list(r[9].deferred_errors)
     assert len(errors) == 1 and "unknown handle 999" in errors[0].message
     assert errors[0].seq == 7 and errors[0].op == "add"      # the second call of the run op seq 6
+    assert_ok(r[11])
+
+
+def test_one_run_of_plain_and_unusual_calls_and_releases(target):
+    # The compiled loop runs the plain calls and releases and hands every other item to the Python
+    # loop mid-run (new shapes, an unknown or poisoned handle, a scalar result, a bad release); the
+    # results, the errors with their sequence numbers and the memory ledger must not tell which ran.
+    a, b = np.arange(6.0), np.arange(4.0)
+    ops = [upload(1, 1, a), upload(2, 2, b),
+           define(3, 1, "add", (H(1), 1.0), results=(3,)),
+           define(4, 2, "ndarray.__isub__", (H(3), 0.5)),
+           define(5, 3, "ndarray.sum", (H(3),), results=(5,)),
+           replay(6, 1, 1, 10,        # call 0: a + 1
+                  2, 10,              # call 1: in place, -= 0.5
+                  1, 2, 11,           # call 2: new shapes, b + 1
+                  1, 999, 12,         # call 3: unknown handle 999, 12 poisoned
+                  1, 12, 13,          # call 4: poisoned input, 13 poisoned
+                  0, 12,              # release of a poisoned handle
+                  0, 555,             # release of an unknown handle: reported
+                  3, 10, 14,          # call 5: a NumPy scalar on the daemon, bound as a 0-d array
+                  0, 10,              # release
+                  1, 11, 15,          # call 6: b + 2
+                  0, 11, 0, 15),
+           fetch(7, 14), fetch(8, 13), define(9, 4, "multiply", (H(14), 2.0), results=(16,)), fetch(10, 16),
+           sync(11)]
+    received, status = raw_session(target.address, [opening(), batch(*ops)])
+    assert status is None
+    r = replies(received)
+    assert fetched(r[7]).shape == () and float(fetched(r[7])) == (a + 0.5).sum()
+    errors = {e.seq: (e.op, e.message) for e in r[7].deferred_errors}
+    assert errors.keys() == {9, 11}
+    assert errors[9][0] == "add" and "unknown handle 999" in errors[9][1]
+    assert errors[11][0] == "release" and "555" in errors[11][1]
+    assert "unknown handle 999" in error_of(r[8]).message         # 13 carries the original error
+    assert float(fetched(r[10])) == 2 * (a + 0.5).sum()
     assert_ok(r[11])
 
 

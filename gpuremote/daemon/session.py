@@ -33,6 +33,24 @@ from gpuremote.wire.codec import ARRAY_KINDS, checked_shape, decode, dtype_from_
 
 _STRICT_META = os.environ.get("GPUREMOTE_STRICT_META") == "1"
 
+try:    # the compiled replay loop (native/replay.c); absent where the package was built without it
+    from gpuremote import _native
+except ImportError:
+    _native = None
+if getattr(_native, "API", None) != 1:      # a build of another replay.c: not this loop's contract
+    _native = None
+
+
+def replay_loop(backend: Backend) -> str:
+    """Which loop runs replayed calls on `backend`: "compiled" or why the Python one (start-up line)."""
+    if _native is None:
+        return "Python (gpuremote._native was not built: no C compiler at install?)"
+    if not DEFAULTS.native:
+        return "Python (GPUREMOTE_NATIVE=0)"
+    if backend.scoped:
+        return "Python (the backend makes its device current per call)"
+    return "compiled"
+
 
 class _Plan:
     """What the daemon needs to know of a surface name to run it, looked up once per name.
@@ -112,6 +130,16 @@ class Session:
         self._functions: dict[str, Callable] = {}     # backend functions resolved (_function)
         self._templates: dict[int, templates.Template] = {}   # call templates by id (daemon/templates.py)
         self._array_type, self._scoped = backend.array_type, backend.scoped    # read per op
+        # The compiled replay loop runs plain replayed calls (native/replay.c says which) where the
+        # backend needs no device context per call; what it reads of the session, fetched once.
+        self._native = None
+        if replay_loop(backend) == "compiled":
+            self._native = _native.replay
+            self._native_state = (self.handles, self.poisoned, self._handle_owner, self._owners, self.memory,
+                                  self.memory_used, self.flows, self._templates, self._array_type,
+                                  limits.max_ops_per_batch, self._max_handles, self._max_rank, ARRAY_KINDS,
+                                  None if backend.owner_by_base else backend.owner,
+                                  self._check_replay if _STRICT_META else None)
         # Shutdown (daemon/server.py drain): the monotonic time by which the session will be ended,
         # told to the client in every reply; then `ending`, the reason, ends it between two ops.
         self.drain_deadline: float | None = None
@@ -204,7 +232,7 @@ class Session:
         self.handles.clear()
         self._handle_owner.clear()
         self.poisoned.clear()
-        self.memory_used = [0] * len(self.memory_used)
+        self.memory_used[:] = [0] * len(self.memory_used)    # in place: the native loop holds the list
         self.streams.clear()
         self._events.clear()
         self._kernels.clear()
@@ -348,7 +376,7 @@ class Session:
         if op.call.results and plan.rule in ("none", "self", "value"):
             raise ProtocolError(f"{plan.name} returns no array, but the op names result handles")
         t = templates.define(op, plan, len(self.backend.props))
-        t.direct = templates.direct(t, self._direct_callable(plan))
+        templates.set_direct(t, self._direct_callable(plan))
         self._templates[tid] = t
 
     def _direct_callable(self, plan: _Plan) -> Callable | None:
@@ -388,9 +416,16 @@ class Session:
     def _run_replay(self, op: pb.Op, calls: list, hold: Hold) -> None:
         found = self._templates.get
         limit = self.limits.max_ops_per_batch
+        native = self._native
         n, i, count = len(calls), 0, 0
         bad_release = False
         while i < n:
+            if native is not None:
+                # The compiled loop runs the releases and plain calls it can (native/replay.c), with
+                # the same effects as the code below, and stops before the first it leaves to it.
+                i, count = native(self, self._native_state, op, calls, i, count, hold)
+                if i >= n:
+                    break
             if self.ending is not None:
                 raise SessionEnded(self.ending)
             tid = calls[i]
@@ -423,17 +458,22 @@ class Session:
             self.ops += 1
             try:
                 self._replay_call(t, calls[i + 1:j], results, hold)
-            except _StreamBroken:
-                raise
-            except Poisoned as exc:
-                self._poison_handles(results, exc.error)
             except Exception as exc:
-                err = self._error_at(t.plan.name, op.seq + count, t.site, exc)
-                self._poison_handles(results, err)
-                self._defer(err)
+                self._replay_failed(op, t, results, count, exc)
             hold.call_done()
             count += 1
             i = k
+
+    def _replay_failed(self, op: pb.Op, t: templates.Template, results: list, count: int, exc: Exception) -> None:
+        """Replayed call `count` of `op` raised `exc`: poison its results and report it at the next sync."""
+        if isinstance(exc, _StreamBroken):
+            raise exc
+        if isinstance(exc, Poisoned):
+            self._poison_handles(results, exc.error)
+            return
+        err = self._error_at(t.plan.name, op.seq + count, t.site, exc)
+        self._poison_handles(results, err)
+        self._defer(err)
 
     def _replay_call(self, t: templates.Template, handles: list, results: list, hold: Hold) -> None:
         table = self.handles
@@ -457,21 +497,28 @@ class Session:
         if direct is not None and type(arrays[0]) is self._array_type:
             # The call as one Python call on the arrays (templates.direct): no argument list to fill,
             # no dispatch on the surface name. Same function, same arguments as _invoke's.
-            result = self._on_device(device, t.stream, direct, arrays)
+            result = self._on_device(device, t.stream, direct, *arrays, *t.tail, **t.kwargs)
             if result is NotImplemented:
                 raise TypeError(f"unsupported operand type(s) for {t.plan.entry.attr}")
             if not results:     # in place (`w -= lr * g`): nothing to bind
                 return
             if len(results) == 1 and type(result) is self._array_type:
                 if _STRICT_META:
-                    self._check_meta(t.plan.entry, *t.fill(arrays), [result])
+                    self._check_replay(t, arrays, result)
                 self._bind_one(results[0], result, device)
                 return
-            args, kwargs = t.fill(arrays)
-        else:
-            args, kwargs = t.fill(arrays)
-            result = self._on_device(device, t.stream, self._invoke, t.plan, args, kwargs, t.op)
+            self._bind_replayed(t, arrays, result, results)
+            return
+        args, kwargs = t.fill(arrays)
+        result = self._on_device(device, t.stream, self._invoke, t.plan, args, kwargs, t.op)
         self._bind_result(t.plan, result, results, device, args, kwargs)
+
+    def _check_replay(self, t: templates.Template, arrays: list, result) -> None:
+        """GPUREMOTE_STRICT_META: the metadata the client derived for a replayed call, checked."""
+        self._check_meta(t.plan.entry, *t.fill(arrays), [result])
+
+    def _bind_replayed(self, t: templates.Template, arrays: list, result, results: list) -> None:
+        self._bind_result(t.plan, result, results, t.device, *t.fill(arrays))
 
     def run_op(self, op: pb.Op, next_message) -> Iterator[pb.ServerMessage]:
         kind = op.WhichOneof("kind")
@@ -659,13 +706,13 @@ class Session:
             raise ProtocolError(f"{name} returns no array, but the op names result handles")
         return self._on_device(op.device, op.stream, self._execute, plan, args, kwargs, results, op)
 
-    def _on_device(self, device: int, stream: int, fn: Callable, *args) -> Any:
-        """fn(*args) with the op's device and stream made current where the backend has such a
-        context (cupy); called plainly where it has none (emulated: no context manager per op)."""
+    def _on_device(self, device: int, stream: int, fn: Callable, *args, **kwargs) -> Any:
+        """fn(*args, **kwargs) with the op's device and stream made current where the backend has such
+        a context (cupy); called plainly where it has none (emulated: no context manager per op)."""
         if not self._scoped:
-            return fn(*args)
+            return fn(*args, **kwargs)
         with self.backend.activate(device, stream, self.streams):
-            return fn(*args)
+            return fn(*args, **kwargs)
 
     @staticmethod
     def _plan(name: str) -> _Plan:

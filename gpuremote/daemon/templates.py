@@ -30,7 +30,7 @@ class Slot:
 
 class Template:
     __slots__ = ("plan", "device", "stream", "site", "args", "kwargs", "slots", "results", "tail", "metas",
-                 "need", "op", "direct")
+                 "need", "op", "direct", "fixed")
 
     def fill(self, arrays: list) -> tuple[tuple, dict]:
         """The call's (args, kwargs) with `arrays` in its slots."""
@@ -51,17 +51,15 @@ def _fill(value: Any, arrays: list) -> Any:
     return value
 
 
-def direct(t: Template, fn) -> Any:
-    """`fn` called on the slot arrays followed by the template's constants, as one function of the
-    arrays (`x + 1`: fn(x, 1)); None unless the slots lead the arguments and `fn` is given."""
-    tail, kwargs = t.tail, t.kwargs
-    if fn is None or tail is None or not t.slots:
-        return None
-    if kwargs:
-        return lambda arrays: fn(*arrays, *tail, **kwargs)
-    if tail:
-        return lambda arrays: fn(*arrays, *tail)
-    return lambda arrays: fn(*arrays)
+def set_direct(t: Template, fn) -> None:
+    """Make `fn` the template's direct call where the call is fn(*slot arrays, *t.tail, **t.kwargs),
+    one call on the arrays with the constants after them (`x + 1`: fn(x, 1)); unless the slots lead
+    the arguments (or fn is None), the template keeps none."""
+    if fn is None or t.tail is None or not t.slots:
+        return
+    t.direct = fn
+    # In the order native/replay.c reads it (FX_*).
+    t.fixed = (fn, t.slots, t.results, t.device, t.stream, t.tail, t.kwargs)
 
 
 def _check_constants(value: Any) -> None:
@@ -117,4 +115,5 @@ def define(op: pb.Op, plan, n_devices: int) -> Template:
     t.op = pb.Op(device=op.device, stream=op.stream, site=t.site)   # what _invoke reads of an op
     t.op.call.name = plan.name
     t.direct = None
+    t.fixed = None          # set with `direct`: what the compiled replay loop reads (native/replay.c)
     return t

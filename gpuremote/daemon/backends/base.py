@@ -86,6 +86,10 @@ class Backend:
         """(buffer object, its size in bytes) of the memory `arr` lives in."""
         raise NotImplementedError
 
+    # True where owner(arr) is the last array of array_type down arr's `.base` chain and its nbytes:
+    # the compiled replay loop (native/replay.c) then finds it itself instead of calling owner().
+    owner_by_base = False
+
     def from_host(self, arr: numpy.ndarray, device: int, owned: bool = False) -> Any:
         """A device array with arr's contents; `owned` means arr is a fresh buffer nobody else holds."""
         raise NotImplementedError

@@ -77,6 +77,8 @@ class EmulatedBackend(Backend):
     def is_array(self, obj):
         return isinstance(obj, numpy.ndarray)
 
+    owner_by_base = True
+
     def owner(self, arr):
         base = arr
         while isinstance(base.base, numpy.ndarray):

@@ -1,0 +1,173 @@
+"""The compiled replay loop (native/replay.c) against the Python one (gpuremote/daemon/session.py).
+
+Two daemon sessions, in this process, one per loop, run the same messages: random runs of replayed
+calls and releases, among them unknown, poisoned, reused and zero handles, shapes that change, views,
+in-place calls, results that are not arrays and calls that fail. Afterwards everything either
+session can show must be equal: its arrays, its poisoned handles, the errors it will report (with
+their sequence numbers), the ops it counted, which arrays share a buffer, and the memory ledger.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sysconfig
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpuremote._config import DEFAULTS
+from gpuremote.daemon import session as session_module
+from gpuremote.daemon.backends.emulated import EmulatedBackend
+from gpuremote.daemon.session import Session
+from gpuremote.wire import pb
+
+from test_hostile import H, batch, call, upload
+
+needs_native = pytest.mark.skipif(session_module._native is None,
+                                  reason="gpuremote._native is not built (no C compiler at install)")
+
+# Arrays uploaded first, as handles 1..4, and the templates defined on them: (id, name, args, kwargs).
+ARRAYS = [np.arange(6.0), np.arange(4.0), np.ones((2, 3), np.float32), np.arange(6.0)]
+TEMPLATES = [
+    (1, "add", (H(1), 1.0), {}),                         # a function, one slot, a constant after it
+    (2, "ndarray.__mul__", (H(1), H(4)), {}),            # a method of two arrays (broadcasting can fail)
+    (3, "ndarray.__isub__", (H(1), 0.5), {}),            # in place: no result
+    (4, "ndarray.sum", (H(1),), {"axis": 0}),            # a NumPy scalar on the daemon: bound as 0-d
+    (5, "ndarray.reshape", (H(1), -1), {}),              # a view: shares its owner's bytes
+    (6, "maximum", (H(1), H(4)), {}),                    # a function of two arrays
+    (7, "ndarray.__getitem__", (H(1), slice(1, None)), {}),   # not direct: always the Python loop
+]
+SLOTS = {tid: sum(isinstance(a, H) for a in args) for tid, _, args, _ in TEMPLATES}
+RESULTS = {tid: 0 if name.endswith("__isub__") else 1 for tid, name, _, _ in TEMPLATES}
+HANDLES = st.sampled_from([1, 2, 3, 4, 10, 11, 12, 13, 14, 15, 16, 17, 999])
+
+
+def start_ops() -> list[pb.Op]:
+    ops = [upload(i + 1, i + 1, a) for i, a in enumerate(ARRAYS)]
+    for k, (tid, name, args, kwargs) in enumerate(TEMPLATES):
+        op = call(10 + k, name, args, kwargs, results=(100 + tid,) if RESULTS[tid] else ())
+        op.call.define_template = tid
+        ops.append(op)
+    return ops
+
+
+@st.composite
+def runs(draw) -> list[pb.Op]:
+    ops = []
+    for r in range(draw(st.integers(1, 4))):
+        calls: list[int] = []
+        for _ in range(draw(st.integers(1, 30))):
+            if draw(st.integers(0, 4)) == 0:
+                calls += [0, draw(HANDLES)]
+            else:
+                tid = draw(st.sampled_from([t[0] for t in TEMPLATES] + [42]))   # 42: never defined
+                slots = SLOTS.get(tid, 1)
+                calls += [tid, *[draw(HANDLES) for _ in range(slots)]]
+                calls += [draw(st.one_of(HANDLES, st.just(0)))] * RESULTS.get(tid, 1)
+        if draw(st.integers(0, 9)) == 0:
+            calls = calls[:-1]                           # ends inside a call or a release
+        op = pb.Op(seq=100 * (r + 1))
+        op.replay.calls.extend(calls)
+        ops.append(op)
+    return ops
+
+
+def session(native: bool) -> Session:
+    limits = pb.Limits(max_message_bytes=DEFAULTS.max_message_bytes, max_ops_per_batch=DEFAULTS.max_ops_per_batch,
+                       max_handles=DEFAULTS.max_handles, chunk_bytes=DEFAULTS.chunk_bytes,
+                       max_rank=DEFAULTS.max_rank, max_templates=DEFAULTS.max_templates)
+    s = Session(EmulatedBackend(1, 1 << 20), pb.OpenSession(), limits)
+    if not native:
+        s._native = None
+    return s
+
+
+def run(s: Session, ops: list[pb.Op]) -> None:
+    for _ in s.run_batch(batch(*ops).batch, lambda: None):
+        pass
+
+
+def state(s: Session) -> dict:
+    def sharing(h):     # the handles whose arrays live in h's buffer
+        return sorted(g for g, key in s._handle_owner.items() if key == s._handle_owner[h])
+    return {
+        "arrays": {h: (a.dtype.str, a.shape, a.tolist()) for h, a in sorted(s.handles.items())},
+        "poisoned": {h: (e.type, e.message, e.seq) for h, e in sorted(s.poisoned.items())},
+        "errors": [(e.seq, e.op, e.type, e.message) for e in s._deferred],
+        "dropped": s._dropped,
+        "ops": s.ops,
+        "sharing": {h: sharing(h) for h in s.handles},
+        "owner_bytes": sorted((rec[1], rec[2]) for rec in s._owners.values()),
+        "memory_used": list(s.memory_used),
+        "ledger": s.memory[0].used,
+    }
+
+
+def test_the_compiled_loop_is_built_where_a_c_compiler_is():
+    # The build is optional (setup.py), so a broken replay.c would otherwise only show as skips here.
+    compiler = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    if shutil.which(compiler) is None:
+        pytest.skip(f"no C compiler ({compiler}) here: the daemon runs the Python loop")
+    assert session_module._native is not None, "gpuremote._native did not build: see pip's output for replay.c"
+    assert session_module.replay_loop(EmulatedBackend(1, 1 << 20)) == "compiled"
+
+
+@needs_native
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(runs())
+def test_the_compiled_loop_leaves_what_the_python_loop_leaves(ops):
+    compiled, python = session(True), session(False)
+    assert compiled._native is not None
+    try:
+        for s in (compiled, python):
+            run(s, start_ops())
+            run(s, ops)
+        assert state(compiled) == state(python)
+    finally:
+        compiled.close(), python.close()
+    assert compiled.backend.memory[0].used == python.backend.memory[0].used == 0
+
+
+@needs_native
+def test_a_long_run_is_taken_by_the_compiled_loop():
+    # After the first call of a run (which takes the device, in Python), the compiled loop runs the rest.
+    s = session(True)
+    run(s, start_ops())
+    calls = []
+    for i in range(50):
+        calls += [1, 1, 1000 + i, 0, 1000 + i]          # y = x + 1; release y
+    op = pb.Op(seq=500)
+    op.replay.calls.extend(calls)
+    seen, before = [], s.ops
+    python_call = s._replay_call
+    s._replay_call = lambda *a: (seen.append(a), python_call(*a))
+    run(s, [op])
+    assert len(seen) == 1 and s.ops - before == 50 and not s._deferred
+    assert s.memory_used[0] == sum(rec[2] for rec in s._owners.values())
+    s.close()
+
+
+@needs_native
+@pytest.mark.parametrize("args, message", [
+    ((), "replay(session, state, op, calls, i, count, hold)"),
+    ((None, (), None, [], 0, 0, None), "malformed session state or calls"),
+    ((None, (None,) * 15, None, [], 0, 0, None), "malformed session state or calls"),
+    ((None, "x" * 15, None, [], 0, 0, None), "malformed session state or calls"),
+])
+def test_the_compiled_loop_refuses_malformed_arguments(args, message):
+    with pytest.raises(TypeError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        session_module._native.replay(*args)
+
+
+@needs_native
+def test_the_compiled_loop_refuses_a_state_that_is_not_a_sessions():
+    s = session(True)
+    state = list(s._native_state)
+    state[0] = list(state[0])                            # the handle table as a list
+    with pytest.raises(TypeError, match="must be dicts"):
+        session_module._native.replay(s, tuple(state), pb.Op(), [1, 1, 2], 0, 0, None)
+    with pytest.raises(TypeError):
+        session_module._native.replay(s, s._native_state, pb.Op(), [1, 1, 2], "0", 0, None)
+    s.close()
