@@ -28,8 +28,8 @@ from test_hostile import H, batch, call, upload
 needs_native = pytest.mark.skipif(session_module._native is None,
                                   reason="gpuremote._native is not built (no C compiler at install)")
 
-# Arrays uploaded first, as handles 1..4, and the templates defined on them: (id, name, args, kwargs).
-ARRAYS = [np.arange(6.0), np.arange(4.0), np.ones((2, 3), np.float32), np.arange(6.0)]
+# Arrays uploaded first, as handles 1..5, and the templates defined on them: (id, name, args, kwargs).
+ARRAYS = [np.arange(6.0), np.arange(4.0), np.ones((2, 3), np.float32), np.arange(6.0), np.array([0, 2, 1])]
 TEMPLATES = [
     (1, "add", (H(1), 1.0), {}),                         # a function, one slot, a constant after it
     (2, "ndarray.__mul__", (H(1), H(4)), {}),            # a method of two arrays (broadcasting can fail)
@@ -37,11 +37,18 @@ TEMPLATES = [
     (4, "ndarray.sum", (H(1),), {"axis": 0}),            # a NumPy scalar on the daemon: bound as 0-d
     (5, "ndarray.reshape", (H(1), -1), {}),              # a view: shares its owner's bytes
     (6, "maximum", (H(1), H(4)), {}),                    # a function of two arrays
-    (7, "ndarray.__getitem__", (H(1), slice(1, None)), {}),   # not direct: always the Python loop
+    (7, "ndarray.__getitem__", (H(1), slice(1, None)), {}),   # indexing: a view
+    (8, "ndarray.T", (H(1),), {}),                       # a property: a view
+    (9, "ndarray.__getitem__", (H(1), (H(5),)), {}),     # an index of arrays: always the Python loop
+    (10, "ndarray.__getitem__", (H(1), 2), {}),          # a NumPy scalar, bound as a 0-d view
 ]
-SLOTS = {tid: sum(isinstance(a, H) for a in args) for tid, _, args, _ in TEMPLATES}
+def handles_in(value) -> int:
+    return 1 if isinstance(value, H) else sum(map(handles_in, value)) if isinstance(value, tuple) else 0
+
+
+SLOTS = {tid: handles_in(args) for tid, _, args, _ in TEMPLATES}
 RESULTS = {tid: 0 if name.endswith("__isub__") else 1 for tid, name, _, _ in TEMPLATES}
-HANDLES = st.sampled_from([1, 2, 3, 4, 10, 11, 12, 13, 14, 15, 16, 17, 999])
+HANDLES = st.sampled_from([1, 2, 3, 4, 5, 10, 11, 12, 13, 14, 15, 16, 17, 999])
 
 
 def start_ops() -> list[pb.Op]:

@@ -380,13 +380,16 @@ class Session:
         self._templates[tid] = t
 
     def _direct_callable(self, plan: _Plan) -> Callable | None:
-        """What _invoke would call for `plan` with the arrays first (an array method, unbound, or a
-        backend function), where it calls one; None otherwise (properties, indexing, random, services)."""
+        """What _invoke would call for `plan` with the arrays first (an array method, unbound, a
+        property's getter, _getitem, or a backend function); None for random and services."""
         if plan.kind == "method":
             attr = plan.entry.attr
-            if attr in PROPERTIES or attr == "__getitem__":
-                return None
-            return getattr(self._array_type, attr, None)    # None for the FUNCTION_METHODS (meta.array_method)
+            if attr == "__getitem__":
+                return self._getitem
+            found = getattr(self._array_type, attr, None)   # None for the FUNCTION_METHODS (meta.array_method)
+            if attr in PROPERTIES:      # `x.T`: the descriptor's getter, called on the array
+                return getattr(found, "__get__", None)
+            return found
         if plan.kind == "function":
             try:
                 return self._function(plan.name)
