@@ -1,8 +1,12 @@
-"""Build hook for the one compiled module, gpuremote._native (native/replay.c: the daemon's replay
-loop). Everything else is in pyproject.toml. The module is optional: where no C compiler is found the
-install goes on without it and the daemon runs the same loop in Python (gpuremote/daemon/session.py)."""
+"""Build hook for the compiled fast paths (native/); everything else is in pyproject.toml.
+
+gpuremote._replay (native/replay.c): the daemon's loop over replayed calls.
+gpuremote._forward (native/forward.c): the client's path for a call it already replays.
+
+Both are optional: where no C compiler is found the install goes on without them, and the same
+steps run in Python (gpuremote/daemon/session.py, gpuremote/cupy/_core.py), only slower."""
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("gpuremote._native", ["native/replay.c"], optional=True,
-                             extra_compile_args=["-O2"])])
+setup(ext_modules=[Extension(f"gpuremote._{name}", [f"native/{name}.c"], optional=True, extra_compile_args=["-O2"])
+                   for name in ("replay", "forward")])

@@ -1,4 +1,4 @@
-/* gpuremote._native: the daemon's replay loop for plain calls, compiled.
+/* gpuremote._replay: the daemon's replay loop for plain calls, compiled.
  *
  * Session._run_replay (gpuremote/daemon/session.py) hands a Replay op's integers to replay(), which
  * runs, in order, the releases and the calls it can and returns where it stopped. It takes a call
@@ -21,7 +21,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-/* What Session passes as `state` (Session._native_state), in this order. */
+/* What Session passes as `state` (Session._compiled_state), in this order. */
 enum {
     ST_HANDLES, ST_POISONED, ST_HANDLE_OWNER, ST_OWNERS, ST_MEMORY, ST_MEMORY_USED, ST_FLOWS,
     ST_TEMPLATES, ST_ARRAY_TYPE, ST_MAX_CALLS, ST_MAX_HANDLES, ST_MAX_RANK, ST_KINDS, ST_OWNER,
@@ -579,10 +579,10 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, .m_name = "gpuremote._native", .m_size = -1, .m_methods = methods,
+    PyModuleDef_HEAD_INIT, .m_name = "gpuremote._replay", .m_size = -1, .m_methods = methods,
 };
 
-PyMODINIT_FUNC PyInit__native(void) {
+PyMODINIT_FUNC PyInit__replay(void) {
     struct { PyObject **slot; const char *name; } names[] = {
         {&s_ending, "ending"}, {&s_ops, "ops"}, {&s_fixed, "fixed"}, {&s_metas, "metas"},
         {&s_need, "need"}, {&s_shape, "shape"}, {&s_dtype, "dtype"}, {&s_used, "used"},

@@ -25,8 +25,8 @@ from gpuremote.wire import pb
 
 from test_hostile import H, batch, call, upload
 
-needs_native = pytest.mark.skipif(session_module._native is None,
-                                  reason="gpuremote._native is not built (no C compiler at install)")
+needs_native = pytest.mark.skipif(session_module._compiled is None,
+                                  reason="gpuremote._replay is not built (no C compiler at install)")
 
 # Arrays uploaded first, as handles 1..5, and the templates defined on them: (id, name, args, kwargs).
 ARRAYS = [np.arange(6.0), np.arange(4.0), np.ones((2, 3), np.float32), np.arange(6.0), np.array([0, 2, 1])]
@@ -87,7 +87,7 @@ def session(native: bool) -> Session:
                        max_rank=DEFAULTS.max_rank, max_templates=DEFAULTS.max_templates)
     s = Session(EmulatedBackend(1, 1 << 20), pb.OpenSession(), limits)
     if not native:
-        s._native = None
+        s._compiled = None
     return s
 
 
@@ -117,7 +117,7 @@ def test_the_compiled_loop_is_built_where_a_c_compiler_is():
     compiler = (sysconfig.get_config_var("CC") or "cc").split()[0]
     if shutil.which(compiler) is None:
         pytest.skip(f"no C compiler ({compiler}) here: the daemon runs the Python loop")
-    assert session_module._native is not None, "gpuremote._native did not build: see pip's output for replay.c"
+    assert session_module._compiled is not None, "gpuremote._replay did not build: see pip's output for replay.c"
     assert session_module.replay_loop(EmulatedBackend(1, 1 << 20)) == "compiled"
 
 
@@ -126,7 +126,7 @@ def test_the_compiled_loop_is_built_where_a_c_compiler_is():
 @given(runs())
 def test_the_compiled_loop_leaves_what_the_python_loop_leaves(ops):
     compiled, python = session(True), session(False)
-    assert compiled._native is not None
+    assert compiled._compiled is not None
     try:
         for s in (compiled, python):
             run(s, start_ops())
@@ -165,16 +165,118 @@ def test_a_long_run_is_taken_by_the_compiled_loop():
 ])
 def test_the_compiled_loop_refuses_malformed_arguments(args, message):
     with pytest.raises(TypeError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        session_module._native.replay(*args)
+        session_module._compiled.replay(*args)
 
 
 @needs_native
 def test_the_compiled_loop_refuses_a_state_that_is_not_a_sessions():
     s = session(True)
-    state = list(s._native_state)
+    state = list(s._compiled_state)
     state[0] = list(state[0])                            # the handle table as a list
     with pytest.raises(TypeError, match="must be dicts"):
-        session_module._native.replay(s, tuple(state), pb.Op(), [1, 1, 2], 0, 0, None)
+        session_module._compiled.replay(s, tuple(state), pb.Op(), [1, 1, 2], 0, 0, None)
     with pytest.raises(TypeError):
-        session_module._native.replay(s, s._native_state, pb.Op(), [1, 1, 2], "0", 0, None)
+        session_module._compiled.replay(s, s._compiled_state, pb.Op(), [1, 1, 2], "0", 0, None)
     s.close()
+
+
+# -- the client: native/forward.c -------------------------------------------------------------------
+
+CLIENT_SCRIPT = '''
+import json, sys
+import numpy as np
+import gpuremote
+import gpuremote.cupy as cp
+from gpuremote.client.session import Session
+
+sent = []
+send = Session._send
+def record(self, msg):
+    sent.append(msg.SerializeToString().hex())
+    return send(self, msg)
+Session._send = record
+
+gpuremote.connect(sys.argv[1])
+rng = np.random.default_rng(0)
+w = cp.asarray(rng.standard_normal((8, 4)).astype(np.float32))
+b = cp.zeros(4, dtype=np.float32)
+xs = cp.asarray(rng.standard_normal((40, 8)).astype(np.float32))
+ys = cp.asarray(rng.integers(0, 4, 40))
+lr = np.float32(0.1)
+losses, errors = [], []
+for step in range(6):
+    x, y = xs[step * 5:(step + 1) * 5], ys[step * 5:(step + 1) * 5]     # slices
+    h = x @ w + b
+    a = cp.maximum(h, 0)
+    p = cp.exp(a - a.max(axis=1, keepdims=True))                       # keywords
+    p = p / p.sum(axis=1, keepdims=True)
+    rows = cp.arange(5)
+    loss = -cp.log(p[rows, y] + np.float32(1e-9)).mean()               # an index of arrays, a NumPy scalar
+    g = p.copy()
+    g[rows, y] -= 1
+    g /= np.float32(5)                                                  # in place
+    w -= lr * (x.T @ g)
+    b -= lr * g.sum(axis=0)
+    z = h * 0.0 + h * -0.0 + (h > 1) * float("nan")                     # constants the Python path keys by text
+    o = cp.add(h, 1.0, out=cp.empty_like(h))                            # an output argument
+    t = (h + 1, 2.5 * h, h ** 2, (h,) and h.T, a.reshape(-1))
+    losses.append(float(loss))
+    try:
+        h @ w                                                           # a shape error, raised at this line
+    except ValueError as exc:
+        errors.append(str(exc))
+final = w.get().tolist()
+gpuremote.disconnect()
+from gpuremote.cupy import _core
+json.dump({"sent": sent, "losses": losses, "errors": errors, "w": final, "compiled": _core._compiled is not None},
+          open(sys.argv[2], "w"))
+'''
+
+
+def client_run(tmp_path, address, native: str) -> dict:
+    import json
+    import os
+    import subprocess
+    import sys
+    script, out = tmp_path / "client.py", tmp_path / f"out{native}.json"
+    script.write_text(CLIENT_SCRIPT)
+    env = dict(os.environ, GPUREMOTE_NATIVE=native, GPUREMOTE_TRANSPORT="unix")
+    done = subprocess.run([sys.executable, str(script), address, str(out)], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return json.loads(out.read_text())
+
+
+def test_the_compiled_client_path_sends_what_the_python_path_sends(tmp_path, daemon):
+    # Everything the client sends, byte for byte (handles, sequence numbers, Replay runs, releases,
+    # sites), and everything the program sees, with native/forward.c and without it.
+    from gpuremote.cupy import _core
+    if _core._compiled is None:
+        pytest.skip("gpuremote._forward is not built (no C compiler at install)")
+    compiled, python = client_run(tmp_path, daemon.address, "1"), client_run(tmp_path, daemon.address, "0")
+    assert compiled["compiled"] and not python["compiled"]
+    assert len(compiled["errors"]) == 6 and compiled["errors"] == python["errors"]
+    assert compiled["losses"] == python["losses"] and compiled["w"] == python["w"]
+    assert compiled["sent"] == python["sent"]
+
+
+@needs_native
+@pytest.mark.parametrize("args", [(), ("x", (), {}, -1), (1, (), {}, -1, False), ("x", [], {}, -1, False),
+                                  ("x", (), [], -1, False), ("x", (), {}, "many", False)])
+def test_the_compiled_client_path_refuses_malformed_arguments(args):
+    from gpuremote.cupy import _core
+    if _core._compiled is None:
+        pytest.skip("gpuremote._forward is not built")
+    with pytest.raises(TypeError):
+        _core._compiled.call(*args)
+
+
+def test_the_compiled_client_path_declines_what_it_does_not_know():
+    # Nothing it does not recognise is an error of its own: it answers None and the Python path runs.
+    from gpuremote.cupy import _core
+    if _core._compiled is None:
+        pytest.skip("gpuremote._forward is not built")
+    call = _core._compiled.call
+    for args in [(), (1, 2.0), (np.ones(3),), ({"a": 1},), (object(),), ((1,) * 40,), (slice(None),)]:
+        assert call("add", args, {}, 2, False) is None
+    assert call("ndarray.__iadd__", (1.0, 2.0), {}, -1, True) is None

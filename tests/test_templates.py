@@ -30,8 +30,8 @@ from test_hostile import (H, assert_ok, batch, call, connected, error_of, fetch,
 def victim(request):
     """test_hostile's daemon (`target` checks it afterwards), once per replay loop: the compiled one
     (native/replay.c) and the Python one (GPUREMOTE_NATIVE=0) must behave alike in every test here."""
-    if request.param == "compiled" and session_module._native is None:
-        pytest.skip("gpuremote._native is not built (no C compiler at install): the daemon runs the Python loop")
+    if request.param == "compiled" and session_module._compiled is None:
+        pytest.skip("gpuremote._replay is not built (no C compiler at install): the daemon runs the Python loop")
     d = DaemonProcess(*backend_args(devices=1, memory="64MiB"),
                       env={"GPUREMOTE_NATIVE": "1" if request.param == "compiled" else "0"})
     assert f"replay loop {request.param}" in d.banner.lower() or BACKEND == "cupy", d.banner

@@ -13,8 +13,10 @@ from typing import Any
 
 import numpy
 
+from gpuremote._config import DEFAULTS
 from gpuremote.client import context
 from gpuremote.client.session import Session
+from gpuremote.client.stats import STATS
 from gpuremote.memo import Memo
 from gpuremote.meta import (LIST_RESULTS, MAY_RETURN_SEQUENCE, NOT_ARRAY, Unknown, derive, fast_elementwise, nout_of,
                             returns_sequence)
@@ -22,6 +24,13 @@ from gpuremote.surface import SURFACE, Entry
 from gpuremote.wire.codec import check_dtype
 
 _INLINE = None  # set lazily from DEFAULTS to keep import light
+
+try:    # the compiled path of a call the session already replays (native/forward.c)
+    from gpuremote import _forward as _compiled
+except ImportError:
+    _compiled = None
+if getattr(_compiled, "API", None) != 1 or not DEFAULTS.native:    # another forward.c's build, or turned off
+    _compiled = None
 
 
 _OWN_CODE = Memo(65536)    # code object -> whether it is gpuremote's own (skipped when naming the site)
@@ -260,10 +269,32 @@ def from_host(host: numpy.ndarray, index: int | None = None) -> "ndarray":
     return ndarray._wrap(session, handle, ref.remote_index, index, (tuple(host.shape), host.dtype))
 
 
+def compiled_call(name: str, entry: Entry):
+    """native/forward.c's call for surface name `name`, or None where it never applies (no array
+    result, a service, a result that may be a sequence) or was not built: call(name, args, kwargs,
+    nin, in_place) returns the result of a call the session already replays, or None (the Python
+    path runs)."""
+    if _compiled is None or entry.rule in ("none", "value") or entry.service or name in MAY_RETURN_SEQUENCE:
+        return None
+    return _compiled.call
+
+
+def ufunc_inputs(name: str, entry: Entry) -> int:
+    """What forward() takes for the number of a module function's inputs (more arguments are
+    outputs); -1 where it does not look (methods, non-ufuncs)."""
+    nin = _ufunc_nin(name) if entry.rule == "elementwise" and "." not in name else None
+    return -1 if nin is None else nin
+
+
 def _method(name: str):
     entry = SURFACE[name]
+    fast, in_place = compiled_call(name, entry), entry.rule == "self"
     if entry.rule == "elementwise" and entry.nout == 1:
         def method(self, *args, **kwargs):
+            if fast is not None:
+                result = fast(name, (self,) + args, kwargs, -1, in_place)
+                if result is not None:
+                    return result
             if not kwargs:
                 result = elementwise_fast(name, entry, (self,) + args)
                 if result is not None:
@@ -271,6 +302,10 @@ def _method(name: str):
             return forward(name, (self,) + args, kwargs, entry)
     else:
         def method(self, *args, **kwargs):
+            if fast is not None:
+                result = fast(name, (self,) + args, kwargs, -1, in_place)
+                if result is not None:
+                    return result
             return forward(name, (self,) + args, kwargs, entry)
 
     method.__name__ = entry.attr
@@ -281,7 +316,15 @@ def _method(name: str):
 
 def _property(name: str):
     entry = SURFACE[name]
-    return property(lambda self: forward(name, (self,), {}, entry), doc=f"ndarray.{entry.attr} (a view)")
+    fast = compiled_call(name, entry)
+
+    def get(self):
+        if fast is not None:
+            result = fast(name, (self,), _NO_KWARGS, -1, False)
+            if result is not None:
+                return result
+        return forward(name, (self,), {}, entry)
+    return property(get, doc=f"ndarray.{entry.attr} (a view)")
 
 
 class ndarray:
@@ -486,6 +529,10 @@ class ndarray:
         raise TypeError("a gpuremote array cannot be pickled: send x.get() and re-create it with cupy.asarray")
 
     def __getitem__(self, key):
+        if _getitem_fast is not None:
+            result = _getitem_fast("ndarray.__getitem__", (self, key), _NO_KWARGS, -1, False)
+            if result is not None:
+                return result
         return forward("ndarray.__getitem__", (self, key), {})
 
     def __setitem__(self, key, value):
@@ -495,6 +542,7 @@ class ndarray:
 
 
 Session.proxy_type = ndarray
+_getitem_fast = compiled_call("ndarray.__getitem__", SURFACE["ndarray.__getitem__"])
 
 
 def _stream_id(stream, index: int) -> int:
@@ -512,6 +560,9 @@ for _name in SURFACE:
         else:
             setattr(ndarray, _attr, _method(_name))
 del _name, _attr
+
+if _compiled is not None:   # the tables native/forward.c reads: the same ones the Python path fills
+    _compiled.configure(ndarray, numpy.generic, _DERIVED, _OWN_CODE, _SITES, context, STATS)
 
 
 class Flags:

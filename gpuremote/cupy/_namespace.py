@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy
 
-from gpuremote.cupy._core import elementwise_fast, forward
+from gpuremote.cupy._core import compiled_call, elementwise_fast, forward, ufunc_inputs
 from gpuremote.surface import SURFACE, module_names
 
 
@@ -12,8 +12,13 @@ def make_function(name: str):
     entry = SURFACE[name]
     ufunc = getattr(numpy, name, None)
     nin = ufunc.nin if isinstance(ufunc, numpy.ufunc) and entry.rule == "elementwise" and entry.nout == 1 else 0
+    fast, inputs = compiled_call(name, entry), ufunc_inputs(name, entry)
     if nin:  # ufuncs take the hot path unless given outputs (by position or keyword)
         def function(*args, **kwargs):
+            if fast is not None:
+                result = fast(name, args, kwargs, inputs, False)
+                if result is not None:
+                    return result
             if not kwargs and len(args) <= nin:
                 result = elementwise_fast(name, entry, args)
                 if result is not None:
@@ -21,6 +26,10 @@ def make_function(name: str):
             return forward(name, args, kwargs, entry)
     else:
         def function(*args, **kwargs):
+            if fast is not None:
+                result = fast(name, args, kwargs, inputs, False)
+                if result is not None:
+                    return result
             return forward(name, args, kwargs, entry)
 
     function.__name__ = entry.attr

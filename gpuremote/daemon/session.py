@@ -34,17 +34,17 @@ from gpuremote.wire.codec import ARRAY_KINDS, checked_shape, decode, dtype_from_
 _STRICT_META = os.environ.get("GPUREMOTE_STRICT_META") == "1"
 
 try:    # the compiled replay loop (native/replay.c); absent where the package was built without it
-    from gpuremote import _native
+    from gpuremote import _replay as _compiled
 except ImportError:
-    _native = None
-if getattr(_native, "API", None) != 1:      # a build of another replay.c: not this loop's contract
-    _native = None
+    _compiled = None
+if getattr(_compiled, "API", None) != 1:    # a build of another replay.c: not this loop's contract
+    _compiled = None
 
 
 def replay_loop(backend: Backend) -> str:
     """Which loop runs replayed calls on `backend`: "compiled" or why the Python one (start-up line)."""
-    if _native is None:
-        return "Python (gpuremote._native was not built: no C compiler at install?)"
+    if _compiled is None:
+        return "Python (gpuremote._replay was not built: no C compiler at install?)"
     if not DEFAULTS.native:
         return "Python (GPUREMOTE_NATIVE=0)"
     if backend.scoped:
@@ -132,10 +132,10 @@ class Session:
         self._array_type, self._scoped = backend.array_type, backend.scoped    # read per op
         # The compiled replay loop runs plain replayed calls (native/replay.c says which) where the
         # backend needs no device context per call; what it reads of the session, fetched once.
-        self._native = None
+        self._compiled = None
         if replay_loop(backend) == "compiled":
-            self._native = _native.replay
-            self._native_state = (self.handles, self.poisoned, self._handle_owner, self._owners, self.memory,
+            self._compiled = _compiled.replay
+            self._compiled_state = (self.handles, self.poisoned, self._handle_owner, self._owners, self.memory,
                                   self.memory_used, self.flows, self._templates, self._array_type,
                                   limits.max_ops_per_batch, self._max_handles, self._max_rank, ARRAY_KINDS,
                                   None if backend.owner_by_base else backend.owner,
@@ -419,14 +419,14 @@ class Session:
     def _run_replay(self, op: pb.Op, calls: list, hold: Hold) -> None:
         found = self._templates.get
         limit = self.limits.max_ops_per_batch
-        native = self._native
+        compiled = self._compiled
         n, i, count = len(calls), 0, 0
         bad_release = False
         while i < n:
-            if native is not None:
+            if compiled is not None:
                 # The compiled loop runs the releases and plain calls it can (native/replay.c), with
                 # the same effects as the code below, and stops before the first it leaves to it.
-                i, count = native(self, self._native_state, op, calls, i, count, hold)
+                i, count = compiled(self, self._compiled_state, op, calls, i, count, hold)
                 if i >= n:
                     break
             if self.ending is not None:

@@ -1,0 +1,468 @@
+/* gpuremote._forward: the client's path for a call it already replays, compiled.
+ *
+ * A training step makes the same calls at the same lines on arrays of the same shapes, and after
+ * two steps each is a call template of the session (client/session.py): the third and later times
+ * the client only has to find the template and append a few integers to the open Replay run. In
+ * Python that finding costs most of the client's time per op (the signature, the source line, three
+ * dict lookups). call() does the same steps in C, for the common case only, and returns None,
+ * having changed nothing, whenever the Python path must run instead: an argument that is not an
+ * array of this session, a Python int, bool, None, a nonzero float or a NumPy scalar; metadata not
+ * derived yet; a call not yet a template; streams in use; a closed session. So the rules stay in
+ * Python (cupy/_core.py forward and _signature, client/session.py call and _replay): this file
+ * repeats their common case, step for step, and tests/test_native.py checks that the client sends
+ * byte for byte the same messages with it and without it.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <frameobject.h>
+
+#define FORWARD_API 1    /* bump with any change to what call() or configure() take or read (_core.py checks) */
+#define MAX_ITEMS 16     /* arguments of one call; longer calls take the Python path */
+
+static PyObject *s_shape, *s_dtype, *s_session, *s_remote, *s_device, *s_handle, *s_lost, *s_closed, *s_lock,
+    *s_acquire, *s_release, *s_max_templates, *s_templates, *s_handles, *s_releases, *s_queue_releases, *s_run,
+    *s_open_run, *s_run_calls, *s_seq, *s_queued, *s_flush_ops, *s_flush, *s_ops, *s_replayed, *s_tobytes,
+    *s_name, *s_streams_used, *s_filename, *s_out, *s_limit, *s_prefix;
+
+/* Set once by configure() (cupy/_core.py, at import). */
+static PyTypeObject *proxy_type, *generic_type;
+static PyObject *wrap, *derived, *own_code, *sites, *context, *stats;
+static Py_ssize_t own_limit, sites_limit;
+
+/* Memo.put (gpuremote/memo.py): forget everything when full, then remember. */
+static int memo_put(PyObject *memo, Py_ssize_t limit, PyObject *key, PyObject *value) {
+    if (PyDict_GET_SIZE(memo) >= limit)
+        PyDict_Clear(memo);
+    return PyDict_SetItem(memo, key, value);
+}
+
+static int frame_lasti(PyFrameObject *f) {
+#if PY_VERSION_HEX >= 0x030B0000
+    return PyFrame_GetLasti(f);
+#else
+    PyObject *v = PyObject_GetAttrString((PyObject *)f, "f_lasti");
+    int out = v ? (int)PyLong_AsLong(v) : -1;
+    Py_XDECREF(v);
+    return out;
+#endif
+}
+
+static PyObject *frame_globals(PyFrameObject *f) {
+#if PY_VERSION_HEX >= 0x030B0000
+    return PyFrame_GetGlobals(f);
+#else
+    return PyObject_GetAttrString((PyObject *)f, "f_globals");
+#endif
+}
+
+/* cupy/_core.site(): "file:line" of the first frame up the stack that is not gpuremote's own code,
+ * with the same two memo tables (code -> whether it is gpuremote's; (code, offset) -> the text). */
+static PyObject *site(void) {
+    PyFrameObject *f = PyEval_GetFrame();
+    Py_XINCREF(f);
+    while (f != NULL) {
+        PyCodeObject *code = PyFrame_GetCode(f);
+        PyObject *own = PyDict_GetItemWithError(own_code, (PyObject *)code);
+        int is_own;
+        if (own != NULL) {
+            is_own = own == Py_True;
+        } else if (PyErr_Occurred()) {
+            is_own = -1;
+        } else {
+            PyObject *globals = frame_globals(f);
+            PyObject *name = globals && PyDict_Check(globals) ? PyDict_GetItemWithError(globals, s_name) : NULL;
+            is_own = name != NULL && PyUnicode_Check(name)
+                && PyUnicode_Tailmatch(name, s_prefix, 0, PY_SSIZE_T_MAX, -1) == 1;
+            Py_XDECREF(globals);
+            if (PyErr_Occurred() || memo_put(own_code, own_limit, (PyObject *)code, is_own ? Py_True : Py_False) < 0)
+                is_own = -1;
+        }
+        if (is_own == 0) {
+            PyObject *key = Py_BuildValue("(Oi)", code, frame_lasti(f));
+            PyObject *where = key ? PyDict_GetItemWithError(sites, key) : NULL;
+            if (where != NULL) {
+                Py_INCREF(where);
+            } else if (key != NULL && !PyErr_Occurred()) {
+                PyObject *file = PyObject_GetAttr((PyObject *)code, s_filename);
+                where = file ? PyUnicode_FromFormat("%U:%d", file, PyFrame_GetLineNumber(f)) : NULL;
+                Py_XDECREF(file);
+                if (where != NULL && memo_put(sites, sites_limit, key, where) < 0)
+                    Py_CLEAR(where);
+            }
+            Py_XDECREF(key);
+            Py_DECREF(code);
+            Py_DECREF(f);
+            return where;
+        }
+        Py_DECREF(code);
+        if (is_own < 0) {
+            Py_DECREF(f);
+            return NULL;
+        }
+        PyFrameObject *back = PyFrame_GetBack(f);
+        Py_DECREF(f);
+        f = back;
+    }
+    return PyUnicode_FromString("");
+}
+
+/* cupy/_core._sig for the kinds this path takes; NULL without an error for any other (the Python
+ * path then runs). An array's proxy goes to proxies[] (borrowed: the caller's arguments hold it). */
+static PyObject *sig(PyObject *a, PyObject **proxies, Py_ssize_t *n_proxies, int depth) {
+    PyTypeObject *t = Py_TYPE(a);
+    if (t == proxy_type) {
+        if (*n_proxies >= MAX_ITEMS)
+            return NULL;
+        PyObject *shape = PyObject_GetAttr(a, s_shape);
+        if (shape == NULL || shape == Py_None) {
+            Py_XDECREF(shape);
+            return NULL;                    /* metadata not known yet */
+        }
+        PyObject *dtype = PyObject_GetAttr(a, s_dtype);
+        PyObject *out = dtype ? PyTuple_Pack(2, shape, dtype) : NULL;
+        Py_DECREF(shape);
+        Py_XDECREF(dtype);
+        proxies[(*n_proxies)++] = a;
+        return out;
+    }
+    if (t == &PyLong_Type || t == &PyBool_Type || a == Py_None)
+        return PyTuple_Pack(2, (PyObject *)t, a);
+    if (t == &PyFloat_Type) {
+        double v = PyFloat_AS_DOUBLE(a);
+        if (v == 0.0 || v != v)
+            return NULL;                    /* -0.0 and NaN are told apart by text there */
+        return PyTuple_Pack(2, (PyObject *)t, a);
+    }
+    if (t == &PyTuple_Type || t == &PyList_Type || t == &PySlice_Type) {    /* `x[rows, cols]`, `x[a:b]` */
+        PyObject *items[3];
+        Py_ssize_t n;
+        if (t == &PySlice_Type) {
+            PySliceObject *sl = (PySliceObject *)a;
+            items[0] = sl->start, items[1] = sl->stop, items[2] = sl->step;
+            n = 3;
+            depth = 1;                      /* as _sig(a.start, proxies, 1) */
+        } else {
+            n = PySequence_Fast_GET_SIZE(a);
+            if (depth > 2 || n > MAX_ITEMS)
+                return NULL;
+            depth += 1;
+        }
+        PyObject *sigs = PyTuple_New(n);
+        for (Py_ssize_t k = 0; sigs != NULL && k < n; k++) {
+            PyObject *item = t == &PySlice_Type ? items[k] : PySequence_Fast_GET_ITEM(a, k);
+            PyObject *s = sig(item, proxies, n_proxies, depth);
+            if (s == NULL)
+                Py_CLEAR(sigs);
+            else
+                PyTuple_SET_ITEM(sigs, k, s);
+        }
+        PyObject *out = sigs ? PyTuple_Pack(2, (PyObject *)t, sigs) : NULL;
+        Py_XDECREF(sigs);
+        return out;
+    }
+    if (PyObject_TypeCheck(a, generic_type)) {     /* a NumPy scalar: by its bytes */
+        PyObject *bytes = PyObject_CallMethodNoArgs(a, s_tobytes);
+        PyObject *out = bytes ? PyTuple_Pack(2, (PyObject *)t, bytes) : NULL;
+        Py_XDECREF(bytes);
+        return out;
+    }
+    return NULL;
+}
+
+static int set_int_attr(PyObject *obj, PyObject *name, Py_ssize_t delta, Py_ssize_t *value) {
+    PyObject *cur = PyObject_GetAttr(obj, name);
+    if (cur == NULL)
+        return -1;
+    Py_ssize_t v = PyLong_AsSsize_t(cur);
+    Py_DECREF(cur);
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    PyObject *next = PyLong_FromSsize_t(v + delta);
+    int rc = next ? PyObject_SetAttr(obj, name, next) : -1;
+    Py_XDECREF(next);
+    if (value != NULL)
+        *value = v + delta;
+    return rc;
+}
+
+static PyObject *call_method(PyObject *obj, PyObject *name) {
+    PyObject *r = PyObject_CallMethodNoArgs(obj, name);
+    return r;
+}
+
+/* Session._replay(tid, proxies, (handle,) or () without one) under the session's lock, the template
+ * known to exist. */
+static int replay(PyObject *session, PyObject *tid, PyObject **proxies, Py_ssize_t n_proxies, PyObject *handle) {
+    PyObject *releases = PyObject_GetAttr(session, s_releases);
+    if (releases == NULL)
+        return -1;
+    int pending = PyObject_IsTrue(releases);
+    Py_DECREF(releases);
+    if (pending < 0)
+        return -1;
+    if (pending) {
+        PyObject *r = call_method(session, s_queue_releases);
+        if (r == NULL)
+            return -1;
+        Py_DECREF(r);
+    }
+    PyObject *run = PyObject_GetAttr(session, s_run);
+    if (run == Py_None) {
+        Py_DECREF(run);
+        run = call_method(session, s_open_run);
+    }
+    if (run == NULL)
+        return -1;
+    int rc = -1;
+    if (!PyList_CheckExact(run)) {
+        PyErr_SetString(PyExc_TypeError, "Session._run is not a list");
+        goto done;
+    }
+    Py_ssize_t calls;
+    if (set_int_attr(session, s_run_calls, 1, &calls) < 0)
+        goto done;
+    if (calls > 1) {                        /* the i-th call of the run has the run op's seq + i */
+        PyObject *seq = PyObject_GetAttr(session, s_seq);
+        PyObject *skipped = seq ? PyIter_Next(seq) : NULL;
+        Py_XDECREF(seq);
+        if (skipped == NULL) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_RuntimeError, "Session._seq ended");
+            goto done;
+        }
+        Py_DECREF(skipped);
+    }
+    if (PyList_Append(run, tid) < 0)
+        goto done;
+    for (Py_ssize_t k = 0; k < n_proxies; k++) {
+        PyObject *h = PyObject_GetAttr(proxies[k], s_handle);
+        int appended = h ? PyList_Append(run, h) : -1;
+        Py_XDECREF(h);
+        if (appended < 0)
+            goto done;
+    }
+    if (handle != NULL && PyList_Append(run, handle) < 0)
+        goto done;
+    Py_ssize_t queued;
+    if (set_int_attr(session, s_queued, 1, &queued) < 0 || set_int_attr(stats, s_ops, 1, NULL) < 0
+            || set_int_attr(stats, s_replayed, 1, NULL) < 0)
+        goto done;
+    PyObject *limit = PyObject_GetAttr(session, s_flush_ops);
+    Py_ssize_t flush_ops = limit ? PyLong_AsSsize_t(limit) : -1;
+    Py_XDECREF(limit);
+    if (flush_ops == -1 && PyErr_Occurred())
+        goto done;
+    if (queued >= flush_ops) {
+        PyObject *r = call_method(session, s_flush);
+        if (r == NULL)
+            goto done;
+        Py_DECREF(r);
+    }
+    rc = 0;
+done:
+    Py_DECREF(run);
+    return rc;
+}
+
+/* call(name, args, kwargs, nin, in_place) -> the result's proxy, or None: see the top of this file.
+ * `nin` is the ufunc's number of inputs for a module function (more arguments name outputs: Python's
+ * path), else -1; `in_place` (`w -= g`: surface rule "self"): no result, the call returns args[0]. */
+static PyObject *call(PyObject *Py_UNUSED(module), PyObject *const *argv, Py_ssize_t nargs) {
+    if (nargs != 5 || !PyUnicode_Check(argv[0]) || !PyTuple_Check(argv[1]) || !PyDict_Check(argv[2])) {
+        PyErr_SetString(PyExc_TypeError, "call(name: str, args: tuple, kwargs: dict, nin: int, in_place: bool)");
+        return NULL;
+    }
+    int in_place = PyObject_IsTrue(argv[4]);
+    if (in_place < 0)
+        return NULL;
+    if (proxy_type == NULL)
+        Py_RETURN_NONE;                     /* not configured */
+    PyObject *name = argv[0], *args = argv[1], *kwargs = argv[2];
+    Py_ssize_t nin = PyLong_AsSsize_t(argv[3]);
+    if (nin == -1 && PyErr_Occurred())
+        return NULL;
+    Py_ssize_t n_args = PyTuple_GET_SIZE(args), n_kw = PyDict_GET_SIZE(kwargs);
+    if (n_args + n_kw > MAX_ITEMS || (nin >= 0 && n_args > nin))
+        Py_RETURN_NONE;
+    PyObject *streams = PyObject_GetAttr(context, s_streams_used);
+    int used = streams ? PyObject_IsTrue(streams) : -1;
+    Py_XDECREF(streams);
+    if (used != 0)
+        return used < 0 ? NULL : Py_NewRef(Py_None);
+
+    PyObject *proxies[MAX_ITEMS];
+    Py_ssize_t n_proxies = 0;
+    PyObject *key = PyTuple_New(1 + n_args + 2 * n_kw), *where = NULL, *tkey = NULL, *lock = NULL;
+    PyObject *session = NULL, *remote = NULL, *device = NULL, *handle = NULL, *out = NULL, *meta = NULL;
+    PyObject *tid = NULL;
+    int locked = 0;
+    if (key == NULL)
+        return NULL;
+    Py_INCREF(name);
+    PyTuple_SET_ITEM(key, 0, name);
+    Py_ssize_t pos = 1;     /* a fallback before the key is full leaves NULL items: tupledealloc skips them */
+    for (Py_ssize_t k = 0; k < n_args; k++) {
+        PyObject *s = sig(PyTuple_GET_ITEM(args, k), proxies, &n_proxies, 0);
+        if (s == NULL)
+            goto fallback;
+        PyTuple_SET_ITEM(key, pos++, s);
+    }
+    PyObject *kname, *value;
+    Py_ssize_t it = 0;
+    while (PyDict_Next(kwargs, &it, &kname, &value)) {
+        if (PyUnicode_Check(kname) && PyUnicode_Compare(kname, s_out) == 0)
+            goto fallback;
+        PyObject *s = sig(value, proxies, &n_proxies, 0);
+        if (s == NULL)
+            goto fallback;
+        Py_INCREF(kname);
+        PyTuple_SET_ITEM(key, pos++, kname);
+        PyTuple_SET_ITEM(key, pos++, s);
+    }
+    if (n_proxies == 0 || (in_place && Py_TYPE(PyTuple_GET_ITEM(args, 0)) != proxy_type))
+        goto fallback;                      /* no array (`arange(n)`), or an in-place call on something else */
+    if (!in_place) {
+        PyObject *metas = PyDict_GetItemWithError(derived, key);    /* borrowed */
+        if (metas == NULL || !(PyTuple_CheckExact(metas) || PyList_CheckExact(metas))
+                || PySequence_Fast_GET_SIZE(metas) != 1)
+            goto fallback;                  /* not derived yet, or not one array */
+        meta = Py_NewRef(PySequence_Fast_GET_ITEM(metas, 0));
+    }
+    if ((session = PyObject_GetAttr(proxies[0], s_session)) == NULL || (remote = PyObject_GetAttr(proxies[0], s_remote)) == NULL
+            || (device = PyObject_GetAttr(proxies[0], s_device)) == NULL)
+        goto fallback;
+    for (Py_ssize_t k = 1; k < n_proxies; k++) {    /* arrays of two daemons: Python's error */
+        PyObject *other = PyObject_GetAttr(proxies[k], s_session);
+        Py_XDECREF(other);
+        if (other != session)
+            goto fallback;
+    }
+    PyObject *lost = PyObject_GetAttr(session, s_lost), *closed = lost ? PyObject_GetAttr(session, s_closed) : NULL;
+    PyObject *templates_on = closed ? PyObject_GetAttr(session, s_max_templates) : NULL;
+    int usable = templates_on != NULL && lost == Py_None && PyObject_IsTrue(closed) == 0 && PyObject_IsTrue(templates_on) == 1;
+    Py_XDECREF(lost);
+    Py_XDECREF(closed);
+    Py_XDECREF(templates_on);
+    if (!usable)
+        goto fallback;
+    if ((where = site()) == NULL)
+        goto fallback;
+    PyObject *stream = PyLong_FromLong(0);  /* no streams in use: context.current_stream_id is 0 */
+    tkey = stream ? PyTuple_Pack(4, key, remote, stream, where) : NULL;
+    Py_XDECREF(stream);
+    if (tkey == NULL || (lock = PyObject_GetAttr(session, s_lock)) == NULL)
+        goto fallback;
+    PyObject *r = PyObject_CallMethodNoArgs(lock, s_acquire);
+    if (r == NULL)
+        goto fallback;
+    Py_DECREF(r);
+    locked = 1;
+    PyObject *templates = PyObject_GetAttr(session, s_templates);
+    tid = templates && PyDict_Check(templates) ? PyDict_GetItemWithError(templates, tkey) : NULL;
+    Py_XINCREF(tid);
+    Py_XDECREF(templates);
+    if (tid == NULL)
+        goto fallback;                      /* not a template yet: Python sights or defines it */
+    /* From here on the call is queued: any error is the caller's exception, as in Python. */
+    if (!in_place) {
+        PyObject *counter = PyObject_GetAttr(session, s_handles);
+        handle = counter ? PyIter_Next(counter) : NULL;
+        Py_XDECREF(counter);
+        if (handle == NULL) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_RuntimeError, "Session._handles ended");
+            goto done;
+        }
+    }
+    if (replay(session, tid, proxies, n_proxies, handle) < 0)
+        goto done;
+    r = PyObject_CallMethodNoArgs(lock, s_release);
+    locked = 0;
+    if (r == NULL)
+        goto done;
+    Py_DECREF(r);
+    out = in_place ? Py_NewRef(PyTuple_GET_ITEM(args, 0))
+                   : PyObject_CallFunctionObjArgs(wrap, session, handle, remote, device, meta, NULL);
+    goto done;
+fallback:
+    if (!PyErr_Occurred())
+        out = Py_NewRef(Py_None);
+done:
+    if (locked) {                           /* keep the exception being raised, if any */
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        PyObject *r2 = PyObject_CallMethodNoArgs(lock, s_release);
+        Py_XDECREF(r2);
+        if (type != NULL) {
+            PyErr_Clear();
+            PyErr_Restore(type, value, tb);
+        }
+    }
+    Py_XDECREF(key), Py_XDECREF(meta), Py_XDECREF(where), Py_XDECREF(tkey), Py_XDECREF(lock);
+    Py_XDECREF(session), Py_XDECREF(remote), Py_XDECREF(device), Py_XDECREF(handle), Py_XDECREF(tid);
+    if (out == NULL && !PyErr_Occurred())
+        out = Py_NewRef(Py_None);
+    return out;
+}
+
+static PyObject *configure(PyObject *Py_UNUSED(module), PyObject *args) {
+    PyObject *ptype, *gtype, *d, *own, *st, *ctx, *stt;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!OO:configure", &PyType_Type, &ptype, &PyType_Type, &gtype,
+                          &PyDict_Type, &d, &PyDict_Type, &own, &PyDict_Type, &st, &ctx, &stt))
+        return NULL;
+    PyObject *w = PyObject_GetAttrString(ptype, "_wrap");
+    PyObject *l1 = w ? PyObject_GetAttr(own, s_limit) : NULL;
+    PyObject *l2 = l1 ? PyObject_GetAttr(st, s_limit) : NULL;
+    Py_ssize_t n1 = l1 ? PyLong_AsSsize_t(l1) : -1, n2 = l2 ? PyLong_AsSsize_t(l2) : -1;
+    Py_XDECREF(l1);
+    Py_XDECREF(l2);
+    if (w == NULL || PyErr_Occurred()) {
+        Py_XDECREF(w);
+        return NULL;
+    }
+    Py_XSETREF(wrap, w);
+    Py_XSETREF(proxy_type, (PyTypeObject *)Py_NewRef(ptype));
+    Py_XSETREF(generic_type, (PyTypeObject *)Py_NewRef(gtype));
+    Py_XSETREF(derived, Py_NewRef(d));
+    Py_XSETREF(own_code, Py_NewRef(own));
+    Py_XSETREF(sites, Py_NewRef(st));
+    Py_XSETREF(context, Py_NewRef(ctx));
+    Py_XSETREF(stats, Py_NewRef(stt));
+    own_limit = n1, sites_limit = n2;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"call", (PyCFunction)(void (*)(void))call, METH_FASTCALL,
+     "call(name, args, kwargs, nin, in_place) -> the result's proxy, or None when the Python path must run the call."},
+    {"configure", configure, METH_VARARGS,
+     "configure(proxy_type, numpy.generic, derived, own_code, sites, context_module, stats): the tables call() reads."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, .m_name = "gpuremote._forward", .m_size = -1, .m_methods = methods,
+};
+
+PyMODINIT_FUNC PyInit__forward(void) {
+    struct { PyObject **slot; const char *name; } names[] = {
+        {&s_shape, "_shape"}, {&s_dtype, "_dtype"}, {&s_session, "_gr_session"}, {&s_remote, "_gr_remote"},
+        {&s_device, "_gr_device"}, {&s_handle, "_gr_handle"}, {&s_lost, "lost"}, {&s_closed, "closed"},
+        {&s_lock, "_lock"}, {&s_acquire, "acquire"}, {&s_release, "release"}, {&s_max_templates, "_max_templates"},
+        {&s_templates, "_templates"}, {&s_handles, "_handles"}, {&s_releases, "_releases"},
+        {&s_queue_releases, "_queue_releases"}, {&s_run, "_run"}, {&s_open_run, "_open_run"},
+        {&s_run_calls, "_run_calls"}, {&s_seq, "_seq"}, {&s_queued, "_queued"}, {&s_flush_ops, "_flush_ops"},
+        {&s_flush, "_flush"}, {&s_ops, "ops"}, {&s_replayed, "replayed"}, {&s_tobytes, "tobytes"},
+        {&s_name, "__name__"}, {&s_streams_used, "_streams_used"}, {&s_filename, "co_filename"},
+        {&s_out, "out"}, {&s_limit, "limit"}, {&s_prefix, "gpuremote."},
+    };
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+        if ((*names[k].slot = PyUnicode_InternFromString(names[k].name)) == NULL)
+            return NULL;
+    }
+    PyObject *m = PyModule_Create(&module);
+    /* cupy/_core.py uses the module only if API is the contract it was written for. */
+    if (m != NULL && PyModule_AddIntConstant(m, "API", FORWARD_API) < 0)
+        Py_CLEAR(m);
+    return m;
+}
