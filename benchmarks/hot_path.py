@@ -4,16 +4,18 @@
     python benchmarks/hot_path.py [--steps 200] [--rounds 7] [--json FILE]
 
 One SGD step of examples/train_mlp.py at its default sizes (batch 64, hidden 128: 39 ops, each a
-few microseconds of NumPy), measured four ways, round after round so that drift on a noisy
+few microseconds of NumPy), measured six ways, round after round so that drift on a noisy
 machine hits all alike (best round of each is reported):
 
   numpy   the step on NumPy, one BLAS thread (as the emulated daemon runs its arrays);
   floor   the step on a do-nothing proxy whose every op returns a new object: the least a
           Python shim that forwards each call can cost (the example's own Python included);
   client  the step on gpuremote.cupy against a daemon subprocess (Unix socket link), with the
-          link's sends dropped: the client's own CPU per op (main thread);
+          link's sends dropped: the client's own CPU per op (main thread); once with the compiled
+          path for replayed calls (native/forward.c), once with the Python path alone;
   daemon  the messages those steps sent, recorded, run again through the daemon's session code
-          (Session.run_batch, emulated backend) in this process: the daemon's CPU per op.
+          (Session.run_batch, emulated backend) in this process: the daemon's CPU per op; once
+          with the compiled replay loop (native/replay.c), once with the Python loop alone.
 
 Remote wall time per op is about max(client, daemon) when both keep up with each other on two
 cores; train_overhead.py's target (remote <= 1.25x local) needs both near `numpy`. The ratios
@@ -93,7 +95,7 @@ def per_op(fn, ops: int) -> float:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=200, help="SGD steps per measurement (default 200)")
-    parser.add_argument("--rounds", type=int, default=7, help="rounds of the four measurements (default 7)")
+    parser.add_argument("--rounds", type=int, default=7, help="rounds of the six measurements (default 7)")
     parser.add_argument("--json", metavar="FILE", help="also write the numbers as JSON to FILE")
     args = parser.parse_args(argv)
     if args.steps < 1 or args.rounds < 1:
@@ -105,6 +107,7 @@ def main(argv=None) -> int:
     import gpuremote.cupy as cp
     from gpuremote._config import DEFAULTS
     from gpuremote.daemon.backends.emulated import EmulatedBackend
+    from gpuremote.cupy._core import use_compiled_path
     from gpuremote.daemon.session import Session
     from gpuremote.wire import pb
 
@@ -155,8 +158,10 @@ def main(argv=None) -> int:
             for _ in range(args.steps):
                 model.step(x, y)
 
-        def replay_daemon():
+        def replay_daemon(compiled=True):
             s = Session(backend, pb.OpenSession(), limits)
+            if not compiled:
+                s._compiled = None      # the Python loop alone (as GPUREMOTE_NATIVE=0)
             try:
                 for m in messages:
                     if m.WhichOneof("kind") == "batch":
@@ -170,18 +175,27 @@ def main(argv=None) -> int:
 
         daemon_ops = replay_daemon()
         n = ops_per_step * args.steps
-        best = {"numpy": math.inf, "floor": math.inf, "client": math.inf, "daemon": math.inf}
+        best = dict.fromkeys(LABELS, math.inf)
         for _ in range(args.rounds):
             best["numpy"] = min(best["numpy"], per_op(lambda: steps(local, x_host, y_host), n))
             best["floor"] = min(best["floor"], per_op(lambda: steps(null, x_null, y_null), n))
             best["client"] = min(best["client"], per_op(lambda: steps(remote, x_dev, y_dev), n))
+            use_compiled_path(False)
+            best["client_python"] = min(best["client_python"], per_op(lambda: steps(remote, x_dev, y_dev), n))
+            use_compiled_path(True)
             best["daemon"] = min(best["daemon"], per_op(replay_daemon, daemon_ops))
+            best["daemon_python"] = min(best["daemon_python"], per_op(lambda: replay_daemon(False), daemon_ops))
         backend.close()
     finally:
         gpuremote.disconnect()
         daemon.stop()
     report(best, ops_per_step, args)
     return 0
+
+
+LABELS = {"numpy": "NumPy in process (1 BLAS thread)", "floor": "do-nothing Python proxy",
+          "client": "gpuremote client (sends dropped)", "client_python": "  the same, Python path alone",
+          "daemon": "gpuremote daemon session (in process)", "daemon_python": "  the same, Python loop alone"}
 
 
 def report(best: dict, ops_per_step: float, args) -> None:
@@ -192,9 +206,7 @@ def report(best: dict, ops_per_step: float, args) -> None:
               caption=f"best of {args.rounds} rounds of {args.steps} steps; main-thread CPU time")
     for col in ("side", "us per op", "x numpy"):
         t.add_column(col, justify="left" if col == "side" else "right")
-    labels = {"numpy": "NumPy in process (1 BLAS thread)", "floor": "do-nothing Python proxy",
-              "client": "gpuremote client (sends dropped)", "daemon": "gpuremote daemon session (in process)"}
-    for key, label in labels.items():
+    for key, label in LABELS.items():
         t.add_row(label, f"{best[key]:.2f}", f"{best[key] / best['numpy']:.2f}x")
     Console().print(t)
     if args.json:

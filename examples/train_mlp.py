@@ -111,8 +111,8 @@ def main(argv=None) -> int:
     else:
         import cupy as xp
     data = load_digits(args.seed)     # importing scikit-learn takes about a second: not part of the timing
-    if xp is not numpy:
-        xp.cuda.Device(0).synchronize()     # start the device first (CUDA's context, or gpuremote's session)
+    if hasattr(xp, "cuda"):    # CuPy, or gpuremote's: start the device first (a CUDA context, a gpuremote session)
+        xp.cuda.Device(0).synchronize()
     start = time.perf_counter()
     train(xp, args.epochs, args.batch, args.hidden, args.lr, args.log_every, args.seed, data=data)
     print(f"time {time.perf_counter() - start:.3f} s", file=sys.stderr)

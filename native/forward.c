@@ -407,6 +407,17 @@ done:
 
 static PyObject *configure(PyObject *Py_UNUSED(module), PyObject *args) {
     PyObject *ptype, *gtype, *d, *own, *st, *ctx, *stt;
+    if (PyTuple_GET_SIZE(args) == 0) {      /* off: call() answers None, the Python path runs every call */
+        Py_CLEAR(wrap);
+        Py_CLEAR(proxy_type);
+        Py_CLEAR(generic_type);
+        Py_CLEAR(derived);
+        Py_CLEAR(own_code);
+        Py_CLEAR(sites);
+        Py_CLEAR(context);
+        Py_CLEAR(stats);
+        Py_RETURN_NONE;
+    }
     if (!PyArg_ParseTuple(args, "O!O!O!O!O!OO:configure", &PyType_Type, &ptype, &PyType_Type, &gtype,
                           &PyDict_Type, &d, &PyDict_Type, &own, &PyDict_Type, &st, &ctx, &stt))
         return NULL;
@@ -436,7 +447,8 @@ static PyMethodDef methods[] = {
     {"call", (PyCFunction)(void (*)(void))call, METH_FASTCALL,
      "call(name, args, kwargs, nin, in_place) -> the result's proxy, or None when the Python path must run the call."},
     {"configure", configure, METH_VARARGS,
-     "configure(proxy_type, numpy.generic, derived, own_code, sites, context_module, stats): the tables call() reads."},
+     "configure(proxy_type, numpy.generic, derived, own_code, sites, context_module, stats): the tables call()\n"
+     "reads; configure() with no arguments turns the path off."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -25,17 +25,20 @@ def test_hot_path_measures_each_side(tmp_path):
     assert done.returncode == 0, done.stderr
     numbers = json.loads(out.read_text())
     assert numbers["ops_per_step"] > 30          # the example's step: 39 forwarded calls
-    assert set(numbers["us_per_op"]) == {"numpy", "floor", "client", "daemon"}
+    assert set(numbers["us_per_op"]) == {"numpy", "floor", "client", "client_python", "daemon", "daemon_python"}
     assert all(v > 0 for v in numbers["us_per_op"].values())
     assert "gpuremote daemon session" in done.stdout
 
 
 def test_train_overhead_runs_both_sides(tmp_path):
     out = tmp_path / "train.json"
-    done = bench("train_overhead.py", "--repeats", "1", "--epochs", "1", "--json", str(out))
+    done = bench("train_overhead.py", "--repeats", "1", "--epochs", "1", "--without-templates", "--without-compiled",
+                 "--json", str(out))
     assert done.returncode == 0, done.stderr
     result = json.loads(out.read_text())["results"][0]
     assert result["ratio"] > 0 and result["ops"] > 0 and result["stats"]["replayed"] > 0
+    assert result["ratio_without_templates"] > 0 and result["ratio_without_compiled"] > 0
+    assert "ratio, Python paths" in done.stdout
 
 
 def test_transports_measures_every_transport_and_bare_grpc(tmp_path):

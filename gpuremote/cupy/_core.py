@@ -561,8 +561,18 @@ for _name in SURFACE:
             setattr(ndarray, _attr, _method(_name))
 del _name, _attr
 
-if _compiled is not None:   # the tables native/forward.c reads: the same ones the Python path fills
-    _compiled.configure(ndarray, numpy.generic, _DERIVED, _OWN_CODE, _SITES, context, STATS)
+def use_compiled_path(on: bool) -> None:
+    """Turn native/forward.c's path on (as at import, where it was built) or off in this process:
+    hot_path.py measures the client both ways."""
+    if _compiled is None:
+        return
+    if on:      # the tables it reads: the same ones the Python path fills
+        _compiled.configure(ndarray, numpy.generic, _DERIVED, _OWN_CODE, _SITES, context, STATS)
+    else:
+        _compiled.configure()
+
+
+use_compiled_path(True)
 
 
 class Flags:
