@@ -3,12 +3,12 @@
  * Session._run_replay (gpuremote/daemon/session.py) hands a Replay op's integers to replay(), which
  * runs, in order, the releases and the calls it can and returns where it stopped. It takes a call
  * only when the Python loop would run it the plain way: a template with a direct callable
- * (templates.direct), every handle bound, the first array of the backend's array class, the slot
- * shapes and dtypes the template's allocation bound was computed for, room on the device for that
- * bound, and the device already held for the call's flow and stream (the Hold). Anything else (an
- * unknown template, a poisoned or unknown handle, new shapes, the first call of a run, a shutdown)
- * makes it return *before* that item has any effect, and the Python loop runs the item and calls
- * back. So this file holds no policy of its own: every error message, every check it does not
+ * (templates.set_direct), every handle bound, the first array of the backend's array class, the
+ * slot shapes and dtypes the template's allocation bound was computed for, and room on the device
+ * for that bound; then it takes the device for the call's flow and stream (Hold.take) as the Python
+ * loop does. Anything else (an unknown template, a poisoned or unknown handle, new shapes, a
+ * shutdown) makes it return *before* that item has any effect, and the Python loop runs the item
+ * and calls back. So this file holds no policy of its own: every error message, every check it does not
  * repeat and every unusual result is Python's (_bind_one, _bind_replayed, _replay_failed). What it
  * saves is the interpreter's work between NumPy calls: a Python frame per call, per bind and per
  * release, the argument and meta lists, the template's attribute loads.
@@ -28,11 +28,11 @@ enum {
     ST_STRICT, ST_COUNT
 };
 
-#define NATIVE_API 1     /* bump with any change to what replay() takes or reads (session.py checks it) */
+#define REPLAY_API 2     /* bump with any change to what replay() takes or reads (session.py checks it) */
 #define MAX_ARGS 16     /* arrays and constants of one direct call; longer calls take the Python path */
 
 static PyObject *s_ending, *s_ops, *s_fixed, *s_metas, *s_need, *s_shape, *s_dtype, *s_used,
-    *s_capacity, *s_flow, *s_stream, *s_sched, *s_waiting, *s_drop, *s_charge, *s_credit, *s_kind,
+    *s_capacity, *s_flow, *s_stream, *s_sched, *s_waiting, *s_drop, *s_take, *s_charge, *s_credit, *s_kind,
     *s_ndim, *s_base, *s_nbytes, *s_bind_one, *s_bind_replayed, *s_replay_failed;
 
 /* Template.fixed (gpuremote/daemon/templates.py): what a direct template's replay reads, in this order. */
@@ -351,13 +351,12 @@ static PyObject *list_of(PyObject **items, Py_ssize_t n) {
 
 /* One replayed call at calls[*i]; on TAKEN *i is past it. */
 static int call_one(Loop *L, PyObject *tid, Py_ssize_t *i, Py_ssize_t count) {
-    if (L->held_flow == NULL)
-        return LEFT;                                    /* Python takes the device first (Hold.take) */
     PyObject *t = PyDict_GetItemWithError(L->templates, tid);
     if (t == NULL)
         return PyErr_Occurred() ? RAISED : LEFT;
     Py_INCREF(t);
     PyObject *fixed = NULL, *metas = NULL, *need = NULL, *result = NULL, *results = NULL, *arrays_list = NULL;
+    PyObject *flow = NULL;
     PyObject *stack[MAX_ARGS];
     Py_ssize_t n_arrays = 0;
     int rc = RAISED;
@@ -382,12 +381,9 @@ static int call_one(Loop *L, PyObject *tid, Py_ssize_t *i, Py_ssize_t count) {
     Py_ssize_t j = *i + 1 + slots, k = j + n_results;
     if (k > n || count >= L->max_calls)
         goto out;
-    int on = PyTuple_GET_ITEM(fixed, FX_STREAM) == L->held_stream
-        || PyObject_RichCompareBool(PyTuple_GET_ITEM(fixed, FX_STREAM), L->held_stream, Py_EQ) == 1;
-    PyObject *flow = on ? PyObject_GetItem(L->flows, device) : NULL;
-    Py_XDECREF(flow);                                   /* compared by identity only */
-    if (flow != L->held_flow) {                         /* another device or stream: Hold.take */
-        PyErr_Clear();                                  /* (Python raises what a bad device earns) */
+    PyObject *stream = PyTuple_GET_ITEM(fixed, FX_STREAM);
+    if ((flow = PyObject_GetItem(L->flows, device)) == NULL || flow == Py_None) {
+        PyErr_Clear();                                  /* Python raises what a bad or ungranted device earns */
         goto out;
     }
     for (Py_ssize_t s = 0; s < slots; s++) {
@@ -426,15 +422,26 @@ static int call_one(Loop *L, PyObject *tid, Py_ssize_t *i, Py_ssize_t count) {
     Py_ssize_t nargs = n_arrays;
     for (Py_ssize_t s = 0; s < PyTuple_GET_SIZE(tail); s++)
         stack[nargs++] = PyTuple_GET_ITEM(tail, s);     /* borrowed: only the arrays are released below */
+    if ((results = PyList_GetSlice(L->calls, j, k)) == NULL) {
+        rc = RAISED;
+        goto out;
+    }
+    int on = flow == L->held_flow
+        && (stream == L->held_stream || PyObject_RichCompareBool(stream, L->held_stream, Py_EQ) == 1);
+    if (!on) {      /* Hold.take: the device for this flow and stream, in its turn (the run's first call) */
+        PyObject *r = PyObject_CallMethodObjArgs(L->hold, s_take, flow, stream, NULL);
+        forget_hold(L);
+        Py_XDECREF(r);
+        if (r == NULL || read_hold(L) < 0) {
+            rc = failed(L, t, results, count);
+            goto ran;
+        }
+    }
 
     result = PyDict_GET_SIZE(kwargs) ? PyObject_VectorcallDict(direct, stack, nargs, kwargs)
                                      : PyObject_Vectorcall(direct, stack, nargs, NULL);
     if (result == Py_NotImplemented) {      /* nothing ran: Python raises the TypeError */
         rc = LEFT;
-        goto out;
-    }
-    if ((results = PyList_GetSlice(L->calls, j, k)) == NULL) {
-        rc = RAISED;
         goto out;
     }
     if (result == NULL) {
@@ -462,6 +469,7 @@ static int call_one(Loop *L, PyObject *tid, Py_ssize_t *i, Py_ssize_t count) {
         }
         rc = ok ? TAKEN : failed(L, t, results, count);
     }
+ran:
     if (rc == TAKEN) {
         if (call_done(L) < 0)
             rc = RAISED;
@@ -471,7 +479,7 @@ out:
     for (Py_ssize_t s = 0; s < n_arrays; s++)
         Py_DECREF(stack[s]);
     Py_XDECREF(fixed), Py_XDECREF(metas), Py_XDECREF(need), Py_XDECREF(result), Py_XDECREF(results);
-    Py_XDECREF(arrays_list);
+    Py_XDECREF(arrays_list), Py_XDECREF(flow);
     Py_DECREF(t);
     return rc;
 }
@@ -587,7 +595,7 @@ PyMODINIT_FUNC PyInit__replay(void) {
         {&s_ending, "ending"}, {&s_ops, "ops"}, {&s_fixed, "fixed"}, {&s_metas, "metas"},
         {&s_need, "need"}, {&s_shape, "shape"}, {&s_dtype, "dtype"}, {&s_used, "used"},
         {&s_capacity, "capacity"}, {&s_flow, "flow"}, {&s_stream, "stream"}, {&s_sched, "sched"},
-        {&s_waiting, "_waiting"}, {&s_drop, "drop"}, {&s_charge, "charge"}, {&s_credit, "credit"},
+        {&s_waiting, "_waiting"}, {&s_drop, "drop"}, {&s_take, "take"}, {&s_charge, "charge"}, {&s_credit, "credit"},
         {&s_kind, "kind"}, {&s_ndim, "ndim"}, {&s_base, "base"}, {&s_nbytes, "nbytes"},
         {&s_bind_one, "_bind_one"}, {&s_bind_replayed, "_bind_replayed"}, {&s_replay_failed, "_replay_failed"},
     };
@@ -598,7 +606,7 @@ PyMODINIT_FUNC PyInit__replay(void) {
     PyObject *m = PyModule_Create(&module);
     /* session.py uses the module only if API is the contract it was written for: a stale build of an
      * older replay.c (an editable install not rebuilt) is ignored rather than misread. */
-    if (m != NULL && PyModule_AddIntConstant(m, "API", NATIVE_API) < 0)
+    if (m != NULL && PyModule_AddIntConstant(m, "API", REPLAY_API) < 0)
         Py_CLEAR(m);
     return m;
 }

@@ -37,7 +37,7 @@ try:    # the compiled replay loop (native/replay.c); absent where the package w
     from gpuremote import _replay as _compiled
 except ImportError:
     _compiled = None
-if getattr(_compiled, "API", None) != 1:    # a build of another replay.c: not this loop's contract
+if getattr(_compiled, "API", None) != 2:    # a build of another replay.c: not this loop's contract
     _compiled = None
 
 
