@@ -561,6 +561,7 @@ for _name in SURFACE:
             setattr(ndarray, _attr, _method(_name))
 del _name, _attr
 
+
 def use_compiled_path(on: bool) -> None:
     """Turn native/forward.c's path on (as at import, where it was built) or off in this process:
     hot_path.py measures the client both ways."""

@@ -136,10 +136,10 @@ class Session:
         if replay_loop(backend) == "compiled":
             self._compiled = _compiled.replay
             self._compiled_state = (self.handles, self.poisoned, self._handle_owner, self._owners, self.memory,
-                                  self.memory_used, self.flows, self._templates, self._array_type,
-                                  limits.max_ops_per_batch, self._max_handles, self._max_rank, ARRAY_KINDS,
-                                  None if backend.owner_by_base else backend.owner,
-                                  self._check_replay if _STRICT_META else None)
+                                    self.memory_used, self.flows, self._templates, self._array_type,
+                                    limits.max_ops_per_batch, self._max_handles, self._max_rank, ARRAY_KINDS,
+                                    None if backend.owner_by_base else backend.owner,
+                                    self._check_replay if _STRICT_META else None)
         # Shutdown (daemon/server.py drain): the monotonic time by which the session will be ended,
         # told to the client in every reply; then `ending`, the reason, ends it between two ops.
         self.drain_deadline: float | None = None
@@ -232,7 +232,7 @@ class Session:
         self.handles.clear()
         self._handle_owner.clear()
         self.poisoned.clear()
-        self.memory_used[:] = [0] * len(self.memory_used)    # in place: the native loop holds the list
+        self.memory_used[:] = [0] * len(self.memory_used)    # in place: the compiled loop holds the list
         self.streams.clear()
         self._events.clear()
         self._kernels.clear()
@@ -498,7 +498,7 @@ class Session:
         hold.take(flow, t.stream)
         direct = t.direct
         if direct is not None and type(arrays[0]) is self._array_type:
-            # The call as one Python call on the arrays (templates.direct): no argument list to fill,
+            # The call as one Python call on the arrays (templates.set_direct): no argument list to fill,
             # no dispatch on the surface name. Same function, same arguments as _invoke's.
             result = self._on_device(device, t.stream, direct, *arrays, *t.tail, **t.kwargs)
             if result is NotImplemented:
@@ -521,6 +521,7 @@ class Session:
         self._check_meta(t.plan.entry, *t.fill(arrays), [result])
 
     def _bind_replayed(self, t: templates.Template, arrays: list, result, results: list) -> None:
+        """Bind what a direct call returned other than one array (a NumPy scalar: a 0-d array), as _invoke's."""
         self._bind_result(t.plan, result, results, t.device, *t.fill(arrays))
 
     def run_op(self, op: pb.Op, next_message) -> Iterator[pb.ServerMessage]:
