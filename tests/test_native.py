@@ -48,7 +48,7 @@ def handles_in(value) -> int:
 
 SLOTS = {tid: handles_in(args) for tid, _, args, _ in TEMPLATES}
 RESULTS = {tid: 0 if name.endswith("__isub__") else 1 for tid, name, _, _ in TEMPLATES}
-HANDLES = st.sampled_from([1, 2, 3, 4, 5, 10, 11, 12, 13, 14, 15, 16, 17, 999])
+HANDLES = st.sampled_from([1, 2, 3, 4, 5, 10, 11, 12, 13, 14, 15, 16, 17, 999, 2**64 - 1])
 
 
 def start_ops() -> list[pb.Op]:
@@ -69,7 +69,7 @@ def runs(draw) -> list[pb.Op]:
             if draw(st.integers(0, 4)) == 0:
                 calls += [0, draw(HANDLES)]
             else:
-                tid = draw(st.sampled_from([t[0] for t in TEMPLATES] + [42]))   # 42: never defined
+                tid = draw(st.sampled_from([t[0] for t in TEMPLATES] + [42, 2**64 - 1]))   # never defined
                 slots = SLOTS.get(tid, 1)
                 calls += [tid, *[draw(HANDLES) for _ in range(slots)]]
                 calls += [draw(st.one_of(HANDLES, st.just(0)))] * RESULTS.get(tid, 1)
