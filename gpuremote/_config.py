@@ -93,8 +93,9 @@ class Defaults:
     # went idle costs ~100 us on a small VM, and the sender pays for much of it too. Measured
     # here: a sync op's round trip 184-254 us -> 57-73 us.
     spin_us: int = 150
-    # Whether the daemon runs replayed calls through its compiled loop (native/replay.c) when that
-    # module was built; 0 runs every call through session.py's Python loop (same results, slower).
+    # Whether the compiled fast paths run where they were built (native/: the client's path for a
+    # call it already replays, the daemon's replay loop); 0 runs all of it in Python (same results,
+    # slower: benchmarks/RESULTS.md, seventh session).
     native: int = 1
     # Idle page-aligned transfer buffers each process keeps for reuse: touching fresh memory runs at
     # ~1.1 GB/s against ~18 GB/s for reused memory; 512 MiB holds two 256 MiB transfers in flight.

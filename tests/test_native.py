@@ -1,14 +1,17 @@
-"""The compiled replay loop (native/replay.c) against the Python one (gpuremote/daemon/session.py).
+"""The compiled fast paths (native/) against the Python code whose common case they repeat.
 
-Two daemon sessions, in this process, one per loop, run the same messages: random runs of replayed
-calls and releases, among them unknown, poisoned, reused and zero handles, shapes that change, views,
-in-place calls, results that are not arrays and calls that fail. Afterwards everything either
-session can show must be equal: its arrays, its poisoned handles, the errors it will report (with
-their sequence numbers), the ops it counted, which arrays share a buffer, and the memory ledger.
+Daemon (native/replay.c): two sessions in this process, one per loop, run the same messages: random
+runs of replayed calls and releases, among them unknown, poisoned, reused, zero and 64-bit handles,
+shapes that change, views, in-place calls, results that are not arrays and calls that fail.
+Afterwards everything either session can show must be equal: its arrays, its poisoned handles, the
+errors it will report (with their sequence numbers), the ops it counted, which arrays share a
+buffer, and the memory ledger. Client (native/forward.c): a training loop with unusual calls mixed
+in sends byte for byte the same messages, and sees the same results and errors, with and without it.
 """
 
 from __future__ import annotations
 
+import re
 import shutil
 import sysconfig
 
@@ -23,10 +26,13 @@ from gpuremote.daemon.backends.emulated import EmulatedBackend
 from gpuremote.daemon.session import Session
 from gpuremote.wire import pb
 
+from gpuremote.cupy import _core
 from test_hostile import H, batch, call, upload
 
-needs_native = pytest.mark.skipif(session_module._compiled is None,
-                                  reason="gpuremote._replay is not built (no C compiler at install)")
+needs_native = pytest.mark.skipif(session_module._compiled is None or not DEFAULTS.native,
+                                  reason="gpuremote._replay is not built (no C compiler at install) or is off")
+needs_forward = pytest.mark.skipif(_core._compiled is None,
+                                   reason="gpuremote._forward is not built (no C compiler at install) or is off")
 
 # Arrays uploaded first, as handles 1..5, and the templates defined on them: (id, name, args, kwargs).
 ARRAYS = [np.arange(6.0), np.arange(4.0), np.ones((2, 3), np.float32), np.arange(6.0), np.array([0, 2, 1])]
@@ -112,13 +118,16 @@ def state(s: Session) -> dict:
     }
 
 
-def test_the_compiled_loop_is_built_where_a_c_compiler_is():
+def test_the_compiled_paths_are_built_where_a_c_compiler_is():
     # The build is optional (setup.py), so a broken replay.c would otherwise only show as skips here.
     compiler = (sysconfig.get_config_var("CC") or "cc").split()[0]
     if shutil.which(compiler) is None:
-        pytest.skip(f"no C compiler ({compiler}) here: the daemon runs the Python loop")
+        pytest.skip(f"no C compiler ({compiler}) here: client and daemon run the Python paths")
+    if not DEFAULTS.native:
+        pytest.skip("GPUREMOTE_NATIVE=0 turned the compiled paths off")
     assert session_module._compiled is not None, "gpuremote._replay did not build: see pip's output for replay.c"
     assert session_module.replay_loop(EmulatedBackend(1, 1 << 20)) == "compiled"
+    assert _core._compiled is not None, "gpuremote._forward did not build: see pip's output for forward.c"
 
 
 @needs_native
@@ -167,7 +176,7 @@ def test_a_long_run_is_taken_by_the_compiled_loop():
     ((None, "x" * 15, None, [], 0, 0, None), "malformed session state or calls"),
 ])
 def test_the_compiled_loop_refuses_malformed_arguments(args, message):
-    with pytest.raises(TypeError, match=message.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(TypeError, match=re.escape(message)):
         session_module._compiled.replay(*args)
 
 
@@ -250,12 +259,10 @@ def client_run(tmp_path, address, native: str) -> dict:
     return json.loads(out.read_text())
 
 
+@needs_forward
 def test_the_compiled_client_path_sends_what_the_python_path_sends(tmp_path, daemon):
     # Everything the client sends, byte for byte (handles, sequence numbers, Replay runs, releases,
     # sites), and everything the program sees, with native/forward.c and without it.
-    from gpuremote.cupy import _core
-    if _core._compiled is None:
-        pytest.skip("gpuremote._forward is not built (no C compiler at install)")
     compiled, python = client_run(tmp_path, daemon.address, "1"), client_run(tmp_path, daemon.address, "0")
     assert compiled["compiled"] and not python["compiled"]
     assert len(compiled["errors"]) == 6 and compiled["errors"] == python["errors"]
@@ -263,22 +270,17 @@ def test_the_compiled_client_path_sends_what_the_python_path_sends(tmp_path, dae
     assert compiled["sent"] == python["sent"]
 
 
-@needs_native
+@needs_forward
 @pytest.mark.parametrize("args", [(), ("x", (), {}, -1), (1, (), {}, -1, False), ("x", [], {}, -1, False),
                                   ("x", (), [], -1, False), ("x", (), {}, "many", False)])
 def test_the_compiled_client_path_refuses_malformed_arguments(args):
-    from gpuremote.cupy import _core
-    if _core._compiled is None:
-        pytest.skip("gpuremote._forward is not built")
     with pytest.raises(TypeError):
         _core._compiled.call(*args)
 
 
+@needs_forward
 def test_the_compiled_client_path_declines_what_it_does_not_know():
     # Nothing it does not recognise is an error of its own: it answers None and the Python path runs.
-    from gpuremote.cupy import _core
-    if _core._compiled is None:
-        pytest.skip("gpuremote._forward is not built")
     call = _core._compiled.call
     for args in [(), (1, 2.0), (np.ones(3),), ({"a": 1},), (object(),), ((1,) * 40,), (slice(None),)]:
         assert call("add", args, {}, 2, False) is None
