@@ -236,6 +236,7 @@ class Session:
         self.streams.clear()
         self._events.clear()
         self._kernels.clear()
+        self._templates.clear()     # a template may hold a bound method of this session (_getitem)
         self.tenancy.close()
 
     # -- ops ------------------------------------------------------------------------------
