@@ -34,8 +34,9 @@ needs_native = pytest.mark.skipif(session_module._compiled is None or not DEFAUL
 needs_forward = pytest.mark.skipif(_core._compiled is None,
                                    reason="gpuremote._forward is not built (no C compiler at install) or is off")
 
-# Arrays uploaded first, as handles 1..5, and the templates defined on them: (id, name, args, kwargs).
-ARRAYS = [np.arange(6.0), np.arange(4.0), np.ones((2, 3), np.float32), np.arange(6.0), np.array([0, 2, 1])]
+# Arrays uploaded first, as handles 1..7, and the templates defined on them: (id, name, args, kwargs).
+ARRAYS = [np.arange(6.0), np.arange(4.0), np.ones((2, 3), np.float32), np.arange(6.0), np.array([0, 2, 1]),
+          np.array([7.0, 8.0, 9.0]), np.array([1, 0])]
 TEMPLATES = [
     (1, "add", (H(1), 1.0), {}),                         # a function, one slot, a constant after it
     (2, "ndarray.__mul__", (H(1), H(4)), {}),            # a method of two arrays (broadcasting can fail)
@@ -45,16 +46,19 @@ TEMPLATES = [
     (6, "maximum", (H(1), H(4)), {}),                    # a function of two arrays
     (7, "ndarray.__getitem__", (H(1), slice(1, None)), {}),   # indexing: a view
     (8, "ndarray.T", (H(1),), {}),                       # a property: a view
-    (9, "ndarray.__getitem__", (H(1), (H(5),)), {}),     # an index of arrays: always the Python loop
+    (9, "ndarray.__getitem__", (H(1), (H(5),)), {}),     # a key of arrays, rebuilt from the slots
     (10, "ndarray.__getitem__", (H(1), 2), {}),          # a NumPy scalar, bound as a 0-d view
+    (11, "ndarray.__setitem__", (H(1), (H(5),), H(6)), {}),   # item assignment from an array: no result
+    (12, "ndarray.__setitem__", (H(1), (H(5),), 0.5), {}),    # ... and from a constant
+    (13, "ndarray.__getitem__", (H(3), (H(7), 0)), {}),  # a key of an array and a constant: Python's
 ]
 def handles_in(value) -> int:
     return 1 if isinstance(value, H) else sum(map(handles_in, value)) if isinstance(value, tuple) else 0
 
 
 SLOTS = {tid: handles_in(args) for tid, _, args, _ in TEMPLATES}
-RESULTS = {tid: 0 if name.endswith("__isub__") else 1 for tid, name, _, _ in TEMPLATES}
-HANDLES = st.sampled_from([1, 2, 3, 4, 5, 10, 11, 12, 13, 14, 15, 16, 17, 999, 2**64 - 1])
+RESULTS = {tid: 0 if name.endswith(("__isub__", "__setitem__")) else 1 for tid, name, _, _ in TEMPLATES}
+HANDLES = st.sampled_from([1, 2, 3, 4, 5, 6, 7, 10, 11, 12, 13, 14, 15, 16, 17, 999, 2**64 - 1])
 
 
 def start_ops() -> list[pb.Op]:

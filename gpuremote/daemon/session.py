@@ -501,7 +501,7 @@ class Session:
         if direct is not None and type(arrays[0]) is self._array_type:
             # The call as one Python call on the arrays (templates.set_direct): no argument list to fill,
             # no dispatch on the surface name. Same function, same arguments as _invoke's.
-            result = self._on_device(device, t.stream, direct, *arrays, *t.tail, **t.kwargs)
+            result = self._on_device(device, t.stream, direct, *arrays, *(t.tail or ()), **t.kwargs)
             if result is NotImplemented:
                 raise TypeError(f"unsupported operand type(s) for {t.plan.entry.attr}")
             if not results:     # in place (`w -= lr * g`): nothing to bind

@@ -53,13 +53,37 @@ def _fill(value: Any, arrays: list) -> Any:
 
 def set_direct(t: Template, fn) -> None:
     """Make `fn` the template's direct call where the call is fn(*slot arrays, *t.tail, **t.kwargs),
-    one call on the arrays with the constants after them (`x + 1`: fn(x, 1)); unless the slots lead
-    the arguments (or fn is None), the template keeps none."""
-    if fn is None or t.tail is None or not t.slots:
+    one call on the arrays with the constants after them (`x + 1`: fn(x, 1)), or an indexing call
+    whose key is slots alone (_indexing); otherwise (or with fn None) the template keeps none."""
+    if fn is None or not t.slots:
         return
+    if t.tail is None:
+        fn = _indexing(t, fn)
+        if fn is None:
+            return
     t.direct = fn
     # In the order native/replay.c reads it (FX_*).
-    t.fixed = (fn, t.slots, t.results, t.device, t.stream, t.tail, t.kwargs)
+    t.fixed = (fn, t.slots, t.results, t.device, t.stream, t.tail or (), t.kwargs)
+
+
+def _indexing(t: Template, fn) -> Any:
+    """`x[i, j]` (arguments x, (i, j)) or `x[i, j] = v` (x, (i, j), v), the key's items all slots, as
+    one function of the slot arrays that calls fn with the key rebuilt: fn(x, (i, j)[, v]), as the
+    filled arguments would. None for any other arguments."""
+    args = t.args
+    if t.kwargs or len(args) not in (2, 3) or type(args[0]) is not Slot or type(args[1]) is not tuple:
+        return None
+    key = args[1]
+    if not key or any(type(s) is not Slot or s.index != i + 1 for i, s in enumerate(key)):
+        return None
+    if len(args) == 2:
+        return lambda a, *key: fn(a, key)
+    value = args[2]
+    if type(value) is not Slot:
+        return lambda a, *key: fn(a, key, value)
+    if value.index != len(key) + 1:
+        return None
+    return lambda a, *rest: fn(a, rest[:-1], rest[-1])
 
 
 def _check_constants(value: Any) -> None:
