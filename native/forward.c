@@ -6,11 +6,12 @@
  * Python that finding costs most of the client's time per op (the signature, the source line, three
  * dict lookups). call() does the same steps in C, for the common case only, and returns None,
  * having changed nothing, whenever the Python path must run instead: an argument that is not an
- * array of this session, a Python int, bool, None, a nonzero float or a NumPy scalar; metadata not
- * derived yet; a call not yet a template; streams in use; a closed session. So the rules stay in
- * Python (cupy/_core.py forward and _signature, client/session.py call and _replay): this file
- * repeats their common case, step for step, and tests/test_native.py checks that the client sends
- * byte for byte the same messages with it and without it.
+ * array of this session, a Python int, bool, None, a nonzero float, a NumPy scalar, or a tuple,
+ * list or slice of those (an `out=` keyword, a 0.0 or NaN constant, a host array: Python's path);
+ * metadata not derived yet; a call not yet a template; streams in use; a closed session. So the
+ * rules stay in Python (cupy/_core.py forward and _signature, client/session.py call and _replay):
+ * this file repeats their common case, step for step, and tests/test_native.py checks that the
+ * client sends byte for byte the same messages with it and without it.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -185,11 +186,6 @@ static int set_int_attr(PyObject *obj, PyObject *name, Py_ssize_t delta, Py_ssiz
     return rc;
 }
 
-static PyObject *call_method(PyObject *obj, PyObject *name) {
-    PyObject *r = PyObject_CallMethodNoArgs(obj, name);
-    return r;
-}
-
 /* Session._replay(tid, proxies, (handle,) or () without one) under the session's lock, the template
  * known to exist. */
 static int replay(PyObject *session, PyObject *tid, PyObject **proxies, Py_ssize_t n_proxies, PyObject *handle) {
@@ -201,7 +197,7 @@ static int replay(PyObject *session, PyObject *tid, PyObject **proxies, Py_ssize
     if (pending < 0)
         return -1;
     if (pending) {
-        PyObject *r = call_method(session, s_queue_releases);
+        PyObject *r = PyObject_CallMethodNoArgs(session, s_queue_releases);
         if (r == NULL)
             return -1;
         Py_DECREF(r);
@@ -209,7 +205,7 @@ static int replay(PyObject *session, PyObject *tid, PyObject **proxies, Py_ssize
     PyObject *run = PyObject_GetAttr(session, s_run);
     if (run == Py_None) {
         Py_DECREF(run);
-        run = call_method(session, s_open_run);
+        run = PyObject_CallMethodNoArgs(session, s_open_run);
     }
     if (run == NULL)
         return -1;
@@ -253,7 +249,7 @@ static int replay(PyObject *session, PyObject *tid, PyObject **proxies, Py_ssize
     if (flush_ops == -1 && PyErr_Occurred())
         goto done;
     if (queued >= flush_ops) {
-        PyObject *r = call_method(session, s_flush);
+        PyObject *r = PyObject_CallMethodNoArgs(session, s_flush);
         if (r == NULL)
             goto done;
         Py_DECREF(r);

@@ -8,10 +8,10 @@
  * for that bound; then it takes the device for the call's flow and stream (Hold.take) as the Python
  * loop does. Anything else (an unknown template, a poisoned or unknown handle, new shapes, a
  * shutdown) makes it return *before* that item has any effect, and the Python loop runs the item
- * and calls back. So this file holds no policy of its own: every error message, every check it does not
- * repeat and every unusual result is Python's (_bind_one, _bind_replayed, _replay_failed). What it
- * saves is the interpreter's work between NumPy calls: a Python frame per call, per bind and per
- * release, the argument and meta lists, the template's attribute loads.
+ * and calls back. So this file holds no policy of its own: every error message, every check it
+ * does not repeat and every unusual result is Python's (_bind_one, _bind_replayed, _replay_failed).
+ * What it saves is the interpreter's work between NumPy calls: a Python frame per call, per bind
+ * and per release, the argument and meta lists, the template's attribute loads.
  *
  * The effects are those of the Python loop, in the same order: the call, then the result bound to
  * its handle with the memory ledger charged for a new buffer owner (views are free); a release
@@ -240,8 +240,9 @@ done:
     return rc;
 }
 
-/* The Hold's state, read once per replay(): which flow and stream it holds (Hold.take would do nothing
- * for a call on them), and the queue of flows waiting for that device. */
+/* The Hold's state, read when replay() starts and after each Hold.take: which flow and stream it
+ * holds (Hold.take would do nothing for a call on them), and the queue of flows waiting for that
+ * device. */
 static int read_hold(Loop *L) {
     L->held_flow = L->held_stream = L->waiting = NULL;
     PyObject *flow = PyObject_GetAttr(L->hold, s_flow);
@@ -274,8 +275,8 @@ static void forget_hold(Loop *L) {
     Py_CLEAR(L->waiting);
 }
 
-/* Hold.call_done(): give the device back if another flow waits for it (the Python loop then takes
- * it again for the next call, in its turn). */
+/* Hold.call_done(): give the device back if another flow waits for it (the next call takes it
+ * again, in its turn). */
 static int call_done(Loop *L) {
     if (L->waiting == NULL || PyList_GET_SIZE(L->waiting) == 0)
         return 0;
