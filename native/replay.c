@@ -322,9 +322,10 @@ static int fits(PyObject *mem, PyObject *need) {
     return ok;
 }
 
-/* The call's failure (the exception now set) handed to Session._replay_failed, as the Python loop
- * does; an exception that is not an Exception (KeyboardInterrupt) is left to propagate. */
-static int failed(Loop *L, PyObject *t, PyObject *results, Py_ssize_t count) {
+/* The failure (the exception now set) of the call whose result handles are calls[j:k], handed to
+ * Session._replay_failed as the Python loop does; an exception that is not an Exception
+ * (KeyboardInterrupt) is left to propagate. */
+static int failed(Loop *L, PyObject *t, Py_ssize_t j, Py_ssize_t k, Py_ssize_t count) {
     if (!PyErr_ExceptionMatches(PyExc_Exception))
         return RAISED;
     PyObject *type, *value, *tb;
@@ -333,9 +334,10 @@ static int failed(Loop *L, PyObject *t, PyObject *results, Py_ssize_t count) {
     if (tb != NULL && value != NULL)
         PyException_SetTraceback(value, tb);
     PyObject *n = PyLong_FromSsize_t(count);
-    PyObject *r = n ? PyObject_CallMethodObjArgs(L->session, s_replay_failed, L->op, t, results, n,
-                                                 value ? value : Py_None, NULL) : NULL;
-    Py_XDECREF(n), Py_XDECREF(type), Py_XDECREF(value), Py_XDECREF(tb);
+    PyObject *results = n ? PyList_GetSlice(L->calls, j, k) : NULL;
+    PyObject *r = results ? PyObject_CallMethodObjArgs(L->session, s_replay_failed, L->op, t, results, n,
+                                                       value ? value : Py_None, NULL) : NULL;
+    Py_XDECREF(n), Py_XDECREF(results), Py_XDECREF(type), Py_XDECREF(value), Py_XDECREF(tb);
     Py_XDECREF(r);
     return r == NULL ? RAISED : TAKEN;
 }
@@ -356,7 +358,7 @@ static int call_one(Loop *L, PyObject *tid, Py_ssize_t *i, Py_ssize_t count) {
     if (t == NULL)
         return PyErr_Occurred() ? RAISED : LEFT;
     Py_INCREF(t);
-    PyObject *fixed = NULL, *metas = NULL, *need = NULL, *result = NULL, *results = NULL, *arrays_list = NULL;
+    PyObject *fixed = NULL, *metas = NULL, *need = NULL, *result = NULL, *arrays_list = NULL;
     PyObject *flow = NULL;
     PyObject *stack[MAX_ARGS];
     Py_ssize_t n_arrays = 0;
@@ -423,10 +425,6 @@ static int call_one(Loop *L, PyObject *tid, Py_ssize_t *i, Py_ssize_t count) {
     Py_ssize_t nargs = n_arrays;
     for (Py_ssize_t s = 0; s < PyTuple_GET_SIZE(tail); s++)
         stack[nargs++] = PyTuple_GET_ITEM(tail, s);     /* borrowed: only the arrays are released below */
-    if ((results = PyList_GetSlice(L->calls, j, k)) == NULL) {
-        rc = RAISED;
-        goto out;
-    }
     int on = flow == L->held_flow
         && (stream == L->held_stream || PyObject_RichCompareBool(stream, L->held_stream, Py_EQ) == 1);
     if (!on) {      /* Hold.take: the device for this flow and stream, in its turn (the run's first call) */
@@ -434,7 +432,7 @@ static int call_one(Loop *L, PyObject *tid, Py_ssize_t *i, Py_ssize_t count) {
         forget_hold(L);
         Py_XDECREF(r);
         if (r == NULL || read_hold(L) < 0) {
-            rc = failed(L, t, results, count);
+            rc = failed(L, t, j, k, count);
             goto ran;
         }
     }
@@ -446,7 +444,7 @@ static int call_one(Loop *L, PyObject *tid, Py_ssize_t *i, Py_ssize_t count) {
         goto out;
     }
     if (result == NULL) {
-        rc = failed(L, t, results, count);
+        rc = failed(L, t, j, k, count);
     } else if (n_results == 0) {            /* in place (`w -= lr * g`): nothing to bind */
         rc = TAKEN;
     } else {
@@ -461,14 +459,16 @@ static int call_one(Loop *L, PyObject *tid, Py_ssize_t *i, Py_ssize_t count) {
                 ok = r != NULL;
                 Py_XDECREF(r);
             }
-            ok = ok && bind(L, PyList_GET_ITEM(results, 0), result, device) == TAKEN;
+            ok = ok && bind(L, PyList_GET_ITEM(L->calls, j), result, device) == TAKEN;
         } else {
-            PyObject *r = PyObject_CallMethodObjArgs(L->session, s_bind_replayed, t, arrays_list, result,
-                                                     results, NULL);
+            PyObject *results = PyList_GetSlice(L->calls, j, k);
+            PyObject *r = results ? PyObject_CallMethodObjArgs(L->session, s_bind_replayed, t, arrays_list, result,
+                                                               results, NULL) : NULL;
             ok = r != NULL;
+            Py_XDECREF(results);
             Py_XDECREF(r);
         }
-        rc = ok ? TAKEN : failed(L, t, results, count);
+        rc = ok ? TAKEN : failed(L, t, j, k, count);
     }
 ran:
     if (rc == TAKEN) {
@@ -479,7 +479,7 @@ ran:
 out:
     for (Py_ssize_t s = 0; s < n_arrays; s++)
         Py_DECREF(stack[s]);
-    Py_XDECREF(fixed), Py_XDECREF(metas), Py_XDECREF(need), Py_XDECREF(result), Py_XDECREF(results);
+    Py_XDECREF(fixed), Py_XDECREF(metas), Py_XDECREF(need), Py_XDECREF(result);
     Py_XDECREF(arrays_list), Py_XDECREF(flow);
     Py_DECREF(t);
     return rc;
