@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from gpuremote._config import DEFAULTS
 from gpuremote.daemon import session as session_module
 from gpuremote.daemon.backends.emulated import EmulatedBackend
+from gpuremote.daemon.server import session_limits
 from gpuremote.daemon.session import Session
 from gpuremote.wire import pb
 
@@ -92,10 +93,7 @@ def runs(draw) -> list[pb.Op]:
 
 
 def session(native: bool) -> Session:
-    limits = pb.Limits(max_message_bytes=DEFAULTS.max_message_bytes, max_ops_per_batch=DEFAULTS.max_ops_per_batch,
-                       max_handles=DEFAULTS.max_handles, chunk_bytes=DEFAULTS.chunk_bytes,
-                       max_rank=DEFAULTS.max_rank, max_templates=DEFAULTS.max_templates)
-    s = Session(EmulatedBackend(1, 1 << 20), pb.OpenSession(), limits)
+    s = Session(EmulatedBackend(1, 1 << 20), pb.OpenSession(), session_limits())
     if not native:
         s._compiled = None
     return s

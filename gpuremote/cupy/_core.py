@@ -274,7 +274,7 @@ def compiled_call(name: str, entry: Entry):
     result, a service, a result that may be a sequence) or was not built: call(name, args, kwargs,
     nin, in_place) returns the result of a call the session already replays, or None (the Python
     path runs)."""
-    if _compiled is None or entry.rule in ("none", "value") or entry.service or name in MAY_RETURN_SEQUENCE:
+    if _compiled is None or entry.rule in _UNCACHED_RULES or entry.service or name in MAY_RETURN_SEQUENCE:
         return None
     return _compiled.call
 

@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import numpy
-
 from gpuremote.cupy._core import compiled_call, elementwise_fast, forward, ufunc_inputs
 from gpuremote.surface import SURFACE, module_names
 
 
 def make_function(name: str):
     entry = SURFACE[name]
-    ufunc = getattr(numpy, name, None)
-    nin = ufunc.nin if isinstance(ufunc, numpy.ufunc) and entry.rule == "elementwise" and entry.nout == 1 else 0
     fast, inputs = compiled_call(name, entry), ufunc_inputs(name, entry)
+    nin = inputs if inputs > 0 and entry.nout == 1 else 0
     if nin:  # ufuncs take the hot path unless given outputs (by position or keyword)
         def function(*args, **kwargs):
             if fast is not None:

@@ -84,6 +84,17 @@ def add_to_server(service: "DaemonService", server: grpc.Server) -> None:
     server.add_registered_method_handlers("gpuremote.v1.Daemon", handlers)
 
 
+def session_limits() -> pb.Limits:
+    """The limits every session of this daemon gets (SessionOpened.limits), from DEFAULTS."""
+    u32, u64 = 2**32 - 1, 2**64 - 1      # (a GPUREMOTE_<NAME> past the wire's field is its maximum)
+    return pb.Limits(max_message_bytes=min(DEFAULTS.max_message_bytes, u64),
+                     max_ops_per_batch=min(DEFAULTS.max_ops_per_batch, u32),
+                     max_handles=min(DEFAULTS.max_handles, u64),
+                     # a chunk (fetch or upload) must fit in one message with room to spare
+                     chunk_bytes=min(DEFAULTS.chunk_bytes, DEFAULTS.max_message_bytes // 2, u64),
+                     max_rank=min(DEFAULTS.max_rank, u32), max_templates=min(DEFAULTS.max_templates, u32))
+
+
 class DaemonService(daemon_pb2_grpc.DaemonServicer):
     def __init__(self, backend: Backend, max_sessions: int = DEFAULTS.max_sessions,
                  admission: Admission | None = None):
@@ -97,13 +108,7 @@ class DaemonService(daemon_pb2_grpc.DaemonServicer):
         self.dataplane: DataPlane | None = None     # the framed-socket op channel (set by DaemonServer)
         # Ops and bytes of the sessions closed so far (metrics add the open ones).
         self.closed_totals = {"ops": 0, "bytes_h2d": 0, "bytes_d2h": 0}
-        u32, u64 = 2**32 - 1, 2**64 - 1      # (a GPUREMOTE_<NAME> past the wire's field is its maximum)
-        self.limits = pb.Limits(max_message_bytes=min(DEFAULTS.max_message_bytes, u64),
-                                max_ops_per_batch=min(DEFAULTS.max_ops_per_batch, u32),
-                                max_handles=min(DEFAULTS.max_handles, u64),
-                                # a chunk (fetch or upload) must fit in one message with room to spare
-                                chunk_bytes=min(DEFAULTS.chunk_bytes, DEFAULTS.max_message_bytes // 2, u64),
-                                max_rank=min(DEFAULTS.max_rank, u32), max_templates=min(DEFAULTS.max_templates, u32))
+        self.limits = session_limits()
 
     def _devices(self, out, session: Session | None = None) -> None:
         # A session under pool grants sees only its granted devices, sized by its lease's limit.
