@@ -20,6 +20,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 
 /* What Session passes as `state` (Session._compiled_state), in this order. */
 enum {
@@ -28,7 +29,7 @@ enum {
     ST_STRICT, ST_COUNT
 };
 
-#define REPLAY_API 2     /* bump with any change to what replay() takes or reads (session.py checks it) */
+#define REPLAY_API 3     /* bump with any change to what replay() takes or reads (session.py checks it) */
 #define MAX_ARGS 16     /* arrays and constants of one direct call; longer calls take the Python path */
 
 static PyObject *s_ending, *s_ops, *s_fixed, *s_metas, *s_need, *s_shape, *s_dtype, *s_used,
@@ -49,6 +50,160 @@ typedef struct {
 
 /* Outcome of one item: taken (effects done), left to Python (no effect), or a Python exception to raise. */
 enum { LEFT = 0, TAKEN = 1, RAISED = -1 };
+
+/* Ledger: the memory ledger's counters (gpuremote/daemon/ledger.py), bytes in use against a capacity,
+ * with an optional parent that every charge also takes from (a lease's ledger charges its device's).
+ * _take and _give change the whole chain in one C call: the GIL is held from the check to the last
+ * update, so two threads cannot both take the last bytes, and no lock is needed (ledger.py uses the
+ * Python version on a build without the GIL). The replay loop calls ledger_take/ledger_give directly;
+ * the error messages are Python's (DeviceMemory.charge, LeaseMemory.charge). */
+typedef struct Ledger {
+    PyObject_HEAD
+    long long capacity, used;
+    struct Ledger *parent;
+} Ledger;
+
+static PyTypeObject LedgerType;
+
+/* 0 when n bytes were taken from the ledger and each of its parents; else the depth (1: this ledger,
+ * 2: its parent, ...) of the first one without room, and nothing was taken. */
+static int ledger_take(Ledger *self, long long n) {
+    int depth = 1;
+    for (Ledger *l = self; l != NULL; l = l->parent, depth++) {
+        long long total;
+        if (__builtin_add_overflow(l->used, n, &total) || total > l->capacity)
+            return depth;
+    }
+    for (Ledger *l = self; l != NULL; l = l->parent)
+        l->used += n;
+    return 0;
+}
+
+/* Give n bytes back to the ledger and its parents; 0, or -1 with AssertionError when one went negative. */
+static int ledger_give(Ledger *self, long long n) {
+    int negative = 0;
+    for (Ledger *l = self; l != NULL; l = l->parent) {
+        l->used -= n;
+        negative |= l->used < 0;
+    }
+    if (negative) {
+        PyErr_SetString(PyExc_AssertionError, "memory ledger went negative");
+        return -1;
+    }
+    return 0;
+}
+
+/* A byte count as a C integer; one too large for it is more than any capacity (take refuses it). */
+static int ledger_bytes(PyObject *n, long long *out, int *too_large) {
+    if (!PyLong_Check(n)) {
+        PyErr_Format(PyExc_TypeError, "byte count must be an int, not %.100s", Py_TYPE(n)->tp_name);
+        return -1;
+    }
+    int overflow = 0;
+    *out = PyLong_AsLongLongAndOverflow(n, &overflow);
+    if (*out == -1 && PyErr_Occurred())
+        return -1;
+    *too_large = overflow != 0;
+    return 0;
+}
+
+static PyObject *Ledger_take(Ledger *self, PyObject *n) {
+    long long v;
+    int too_large;
+    if (ledger_bytes(n, &v, &too_large) < 0)
+        return NULL;
+    return PyLong_FromLong(too_large ? 1 : ledger_take(self, v));
+}
+
+static PyObject *Ledger_give(Ledger *self, PyObject *n) {
+    long long v;
+    int too_large;
+    if (ledger_bytes(n, &v, &too_large) < 0)
+        return NULL;
+    if (too_large) {
+        PyErr_SetString(PyExc_OverflowError, "credit of more bytes than a ledger can hold");
+        return NULL;
+    }
+    if (ledger_give(self, v) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static int Ledger_init(Ledger *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"capacity", "parent", NULL};
+    long long capacity;
+    PyObject *parent = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "L|O:Ledger", kwlist, &capacity, &parent))
+        return -1;
+    if (parent != Py_None && !PyObject_TypeCheck(parent, &LedgerType)) {
+        PyErr_SetString(PyExc_TypeError, "a ledger's parent must be a ledger or None");
+        return -1;
+    }
+    self->capacity = capacity;
+    self->used = 0;
+    Py_XINCREF(parent == Py_None ? NULL : parent);
+    Py_XSETREF(self->parent, parent == Py_None ? NULL : (Ledger *)parent);
+    return 0;
+}
+
+static int Ledger_traverse(Ledger *self, visitproc visit, void *arg) {
+    Py_VISIT(self->parent);
+    return 0;
+}
+
+static int Ledger_clear(Ledger *self) {
+    Py_CLEAR(self->parent);
+    return 0;
+}
+
+static void Ledger_dealloc(Ledger *self) {
+    PyTypeObject *type = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    Ledger_clear(self);
+    type->tp_free((PyObject *)self);
+}
+
+static PyObject *Ledger_parent(Ledger *self, void *Py_UNUSED(closure)) {
+    PyObject *p = self->parent ? (PyObject *)self->parent : Py_None;
+    Py_INCREF(p);
+    return p;
+}
+
+static PyMemberDef Ledger_members[] = {
+    {"capacity", T_LONGLONG, offsetof(Ledger, capacity), READONLY, "bytes this ledger may hold"},
+    {"used", T_LONGLONG, offsetof(Ledger, used), READONLY, "bytes charged and not yet credited"},
+    {NULL},
+};
+
+static PyGetSetDef Ledger_getset[] = {
+    {"parent", (getter)Ledger_parent, NULL, "the ledger every charge also takes from, or None", NULL},
+    {NULL},
+};
+
+static PyMethodDef Ledger_methods[] = {
+    {"_take", (PyCFunction)Ledger_take, METH_O,
+     "_take(nbytes) -> 0 when taken from this ledger and its parents, else the depth (1, 2, ...) of the\n"
+     "first without room; then nothing was taken."},
+    {"_give", (PyCFunction)Ledger_give, METH_O, "_give(nbytes): give the bytes back to this ledger and its parents."},
+    {NULL},
+};
+
+static PyTypeObject LedgerType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "gpuremote._replay.Ledger",
+    .tp_doc = "Bytes in use against a capacity, with a parent ledger every charge also takes from.",
+    .tp_basicsize = sizeof(Ledger),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Ledger_init,
+    .tp_traverse = (traverseproc)Ledger_traverse,
+    .tp_clear = (inquiry)Ledger_clear,
+    .tp_dealloc = (destructor)Ledger_dealloc,
+    .tp_members = Ledger_members,
+    .tp_getset = Ledger_getset,
+    .tp_methods = Ledger_methods,
+};
+
 
 static Py_ssize_t attr_ssize(PyObject *obj, PyObject *name) {
     PyObject *v = PyObject_GetAttr(obj, name);
@@ -73,6 +228,35 @@ static int add_to_item(PyObject *seq, PyObject *index, PyObject *delta, int subt
     int rc = PyObject_SetItem(seq, index, next);
     Py_DECREF(next);
     return rc;
+}
+
+/* session.memory[device].charge(nbytes): straight on a Ledger's counters when it has room, else (no
+ * room: the error message is Python's; or another ledger class) through the method. 0 or -1. */
+static int ledger_charge(PyObject *mem, PyObject *nbytes) {
+    if (PyObject_TypeCheck(mem, &LedgerType) && PyLong_CheckExact(nbytes)) {
+        int overflow = 0;
+        long long n = PyLong_AsLongLongAndOverflow(nbytes, &overflow);
+        if (!overflow && !(n == -1 && PyErr_Occurred()) && ledger_take((Ledger *)mem, n) == 0)
+            return 0;
+        PyErr_Clear();
+    }
+    PyObject *r = PyObject_CallMethodOneArg(mem, s_charge, nbytes);
+    Py_XDECREF(r);
+    return r == NULL ? -1 : 0;
+}
+
+/* session.memory[device].credit(nbytes), likewise. 0 or -1. */
+static int ledger_credit(PyObject *mem, PyObject *nbytes) {
+    if (PyObject_TypeCheck(mem, &LedgerType) && PyLong_CheckExact(nbytes)) {
+        int overflow = 0;
+        long long n = PyLong_AsLongLongAndOverflow(nbytes, &overflow);
+        if (!overflow && !(n == -1 && PyErr_Occurred()))
+            return ledger_give((Ledger *)mem, n);
+        PyErr_Clear();
+    }
+    PyObject *r = PyObject_CallMethodOneArg(mem, s_credit, nbytes);
+    Py_XDECREF(r);
+    return r == NULL ? -1 : 0;
 }
 
 /* Session._release(h) for a handle that is bound and not poisoned; LEFT for any other. */
@@ -115,12 +299,9 @@ static int release(Loop *L, PyObject *h) {
     PyObject *mem = PyObject_GetItem(L->memory, device);
     if (mem == NULL)
         goto done;
-    PyObject *r = PyObject_CallMethodOneArg(mem, s_credit, nbytes);
+    int credited = ledger_credit(mem, nbytes);
     Py_DECREF(mem);
-    if (r == NULL)
-        goto done;
-    Py_DECREF(r);
-    if (add_to_item(L->memory_used, device, nbytes, 1) < 0)
+    if (credited < 0 || add_to_item(L->memory_used, device, nbytes, 1) < 0)
         goto done;
     rc = TAKEN;
 done:
@@ -200,11 +381,10 @@ static int bind(Loop *L, PyObject *h, PyObject *result, PyObject *device) {
         PyObject *mem = PyObject_GetItem(L->memory, device);
         if (mem == NULL)
             goto done;
-        PyObject *r = PyObject_CallMethodOneArg(mem, s_charge, nbytes);     /* raises OutOfMemoryError */
+        int charged = ledger_charge(mem, nbytes);     /* raises OutOfMemoryError */
         Py_DECREF(mem);
-        if (r == NULL)
+        if (charged < 0)
             goto done;
-        Py_DECREF(r);
         PyObject *one = PyLong_FromLong(1);
         PyObject *fresh = one ? PyList_New(4) : NULL;
         if (fresh == NULL) {
@@ -312,8 +492,21 @@ static int same_metas(PyObject *metas, PyObject **arrays, Py_ssize_t n) {
     return 1;
 }
 
-/* Whether `need` more bytes fit in the ledger (DeviceMemory.check would not raise). */
+/* Whether `need` more bytes fit in the ledger (its check() would not raise): for a Ledger, in it and
+ * each of its parents, else by its `used` and `capacity` alone. */
 static int fits(PyObject *mem, PyObject *need) {
+    if (PyObject_TypeCheck(mem, &LedgerType) && PyLong_CheckExact(need)) {
+        int overflow = 0;
+        long long n = PyLong_AsLongLongAndOverflow(need, &overflow);
+        if (n == -1 && PyErr_Occurred())
+            return -1;
+        for (Ledger *l = (Ledger *)mem; l != NULL && !overflow; l = l->parent) {
+            long long total;
+            if (__builtin_add_overflow(l->used, n, &total) || total > l->capacity)
+                return 0;
+        }
+        return !overflow;
+    }
     PyObject *used = PyObject_GetAttr(mem, s_used);
     PyObject *cap = used ? PyObject_GetAttr(mem, s_capacity) : NULL;
     PyObject *total = cap ? PyNumber_Add(used, need) : NULL;
@@ -604,7 +797,11 @@ PyMODINIT_FUNC PyInit__replay(void) {
         if ((*names[k].slot = PyUnicode_InternFromString(names[k].name)) == NULL)
             return NULL;
     }
+    if (PyType_Ready(&LedgerType) < 0)
+        return NULL;
     PyObject *m = PyModule_Create(&module);
+    if (m != NULL && PyModule_AddObjectRef(m, "Ledger", (PyObject *)&LedgerType) < 0)
+        Py_CLEAR(m);
     /* session.py uses the module only if API is the contract it was written for: a stale build of an
      * older replay.c (an editable install not rebuilt) is ignored rather than misread. */
     if (m != NULL && PyModule_AddIntConstant(m, "API", REPLAY_API) < 0)

@@ -32,6 +32,7 @@ from typing import Any
 import grpc
 
 from gpuremote._config import DEFAULTS
+from gpuremote.daemon.ledger import Ledger
 from gpuremote.errors import GrantError, OutOfMemoryError
 from gpuremote.v1 import pool_pb2
 from gpuremote.wire import grants as grant_codec
@@ -51,32 +52,29 @@ def _oom(nbytes: int, used: int, limit: int, what: str) -> OutOfMemoryError:
                             f"{what}: {limit:,} bytes).")
 
 
-class LeaseMemory:
-    """One lease's bytes on one device, shared by all its sessions; charges the device's ledger too.
+class LeaseMemory(Ledger):
+    """One lease's bytes on one device, shared by all its sessions: a Ledger whose parent is the
+    device's, so a charge takes from both or neither (gpuremote/daemon/ledger.py).
 
     Same interface as backends.base.DeviceMemory (charge, credit, check, capacity, used), so a
     session uses either without knowing which.
     """
 
     def __init__(self, device_memory, limit: int, lease_id: str):
+        super().__init__(limit, device_memory)
         self.device = device_memory
-        self.capacity = limit
         self.lease_id = lease_id
-        self.used = 0
         self.refs = 0
-        self._lock = threading.Lock()
 
     def charge(self, nbytes: int) -> None:
-        with self._lock:
-            if self.used + nbytes > self.capacity:
-                raise _oom(nbytes, self.used, self.capacity, f"limit of lease {self.lease_id} on this device")
-            self.device.charge(nbytes)      # the device itself may be full too
-            self.used += nbytes
+        refused = self._take(nbytes)
+        if refused == 1:
+            raise _oom(nbytes, self.used, self.capacity, f"limit of lease {self.lease_id} on this device")
+        if refused:
+            raise self.device.refusal(nbytes)       # the device itself is full
 
     def credit(self, nbytes: int) -> None:
-        with self._lock:
-            self.device.credit(nbytes)
-            self.used -= nbytes
+        self._give(nbytes)
 
     def check(self, nbytes: int) -> None:
         if self.used + nbytes > self.capacity:

@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterator
 import numpy
 
 from gpuremote._config import DEFAULTS
-from gpuremote.daemon import growth, templates
+from gpuremote.daemon import growth, native, templates
 from gpuremote.daemon.admission import Tenancy
 from gpuremote.daemon.backends.base import Backend
 from gpuremote.daemon.scheduler import Hold
@@ -33,12 +33,7 @@ from gpuremote.wire.codec import ARRAY_KINDS, checked_shape, decode, dtype_from_
 
 _STRICT_META = os.environ.get("GPUREMOTE_STRICT_META") == "1"
 
-try:    # the compiled replay loop (native/replay.c); absent where the package was built without it
-    from gpuremote import _replay as _compiled
-except ImportError:
-    _compiled = None
-if getattr(_compiled, "API", None) != 2:    # a build of another replay.c: not this loop's contract
-    _compiled = None
+_compiled = native.replay     # the compiled replay loop (native/replay.c), or None where not built
 
 
 def replay_loop(backend: Backend) -> str:

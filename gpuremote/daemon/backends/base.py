@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import threading
 import time
 from typing import Any, Callable
 
 import numpy
 
+from gpuremote.daemon.ledger import Ledger
 from gpuremote.daemon.scheduler import DeviceScheduler
 from gpuremote.errors import OutOfMemoryError
 
@@ -39,33 +39,27 @@ class DeviceProps:
         return props
 
 
-class DeviceMemory:
-    """Bytes in use on one device, across every session: the capacity is never exceeded."""
-
-    def __init__(self, capacity: int):
-        self.capacity = capacity
-        self.used = 0
-        self._lock = threading.Lock()
+class DeviceMemory(Ledger):
+    """Bytes in use on one device, across every session: the capacity is never exceeded. The
+    counters are a Ledger's (gpuremote/daemon/ledger.py: the compiled replay loop charges them
+    directly); this adds the messages."""
 
     def charge(self, nbytes: int) -> None:
-        with self._lock:
-            if self.used + nbytes > self.capacity:
-                raise OutOfMemoryError(
-                    f"Out of memory allocating {nbytes:,} bytes (allocated so far: {self.used:,} bytes, "
-                    f"device capacity: {self.capacity:,} bytes).")
-            self.used += nbytes
+        if self._take(nbytes):
+            raise self.refusal(nbytes)
 
     def credit(self, nbytes: int) -> None:
-        with self._lock:
-            self.used -= nbytes
-            assert self.used >= 0, "device memory ledger went negative"
+        self._give(nbytes)
 
     def check(self, nbytes: int) -> None:
         """Raise OutOfMemoryError now if `nbytes` more could not fit (before running an op)."""
         if self.used + nbytes > self.capacity:
-            raise OutOfMemoryError(
-                f"Out of memory allocating {nbytes:,} bytes (allocated so far: {self.used:,} bytes, "
-                f"device capacity: {self.capacity:,} bytes).")
+            raise self.refusal(nbytes)
+
+    def refusal(self, nbytes: int) -> OutOfMemoryError:
+        return OutOfMemoryError(
+            f"Out of memory allocating {nbytes:,} bytes (allocated so far: {self.used:,} bytes, "
+            f"device capacity: {self.capacity:,} bytes).")
 
 
 class Backend:

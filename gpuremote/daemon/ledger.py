@@ -1,0 +1,67 @@
+"""The memory ledger's counters: bytes in use against a capacity, with a parent every charge also
+takes from (a lease's ledger charges its device's too).
+
+`Ledger` is the compiled one (native/replay.c) where it was built, else PyLedger below; both have
+`capacity`, `used`, `parent`, and two primitives that change the whole chain at once:
+`_take(nbytes)` -> 0 when taken, else the depth (1: this ledger, 2: its parent) of the first
+without room, nothing taken; `_give(nbytes)` gives bytes back (AssertionError if one went
+negative). The compiled replay loop charges a Ledger's counters without a Python call; the error
+messages and the rest of the interface are Python's (backends/base.DeviceMemory,
+admission.LeaseMemory)."""
+
+from __future__ import annotations
+
+import sys
+import threading
+
+from gpuremote._config import DEFAULTS
+from gpuremote.daemon import native
+
+_LOCK = threading.Lock()    # one for every PyLedger: a charge changes two ledgers at once
+
+
+class PyLedger:
+    """The compiled Ledger's rules in Python, under a lock."""
+
+    __slots__ = ("capacity", "used", "parent")
+
+    def __init__(self, capacity: int, parent: PyLedger | None = None):
+        if type(capacity) is not int:
+            raise TypeError(f"a ledger's capacity must be an int, not {type(capacity).__name__}")
+        if parent is not None and not isinstance(parent, PyLedger):
+            raise TypeError("a ledger's parent must be a ledger or None")
+        self.capacity, self.used, self.parent = capacity, 0, parent
+
+    def _take(self, nbytes: int) -> int:
+        with _LOCK:
+            depth, ledger = 1, self
+            while ledger is not None:
+                if ledger.used + nbytes > ledger.capacity:
+                    return depth
+                depth, ledger = depth + 1, ledger.parent
+            ledger = self
+            while ledger is not None:
+                ledger.used += nbytes
+                ledger = ledger.parent
+            return 0
+
+    def _give(self, nbytes: int) -> None:
+        with _LOCK:
+            negative, ledger = False, self
+            while ledger is not None:
+                ledger.used -= nbytes
+                negative |= ledger.used < 0
+                ledger = ledger.parent
+        if negative:
+            raise AssertionError("memory ledger went negative")
+
+
+def _compiled():
+    """The compiled Ledger, or None: not built, turned off (GPUREMOTE_NATIVE=0), or a Python without
+    the GIL (its check-then-update relies on holding it)."""
+    if native.replay is None or not DEFAULTS.native or not getattr(sys, "_is_gil_enabled", lambda: True)():
+        return None
+    return native.replay.Ledger
+
+
+Ledger = _compiled() or PyLedger
