@@ -26,10 +26,10 @@
 enum {
     ST_HANDLES, ST_POISONED, ST_HANDLE_OWNER, ST_OWNERS, ST_MEMORY, ST_MEMORY_USED, ST_FLOWS,
     ST_TEMPLATES, ST_ARRAY_TYPE, ST_MAX_CALLS, ST_MAX_HANDLES, ST_MAX_RANK, ST_KINDS, ST_OWNER,
-    ST_STRICT, ST_COUNT
+    ST_STRICT, ST_ASARRAY, ST_COUNT
 };
 
-#define REPLAY_API 3     /* bump with any change to what replay() takes or reads (session.py checks it) */
+#define REPLAY_API 4     /* bump with any change to what replay() takes or reads (session.py checks it) */
 #define MAX_ARGS 16     /* arrays and constants of one direct call; longer calls take the Python path */
 
 static PyObject *s_ending, *s_ops, *s_fixed, *s_metas, *s_need, *s_shape, *s_dtype, *s_used,
@@ -44,7 +44,7 @@ typedef struct {
     PyObject *handles, *poisoned, *handle_owner, *owners, *memory, *memory_used, *flows, *templates;
     PyTypeObject *array_type;
     Py_ssize_t max_calls, max_handles, max_rank;
-    PyObject *kinds, *owner, *strict;
+    PyObject *kinds, *owner, *strict, *asarray;
     PyObject *held_flow, *held_stream, *waiting;    /* the Hold's flow and stream, its scheduler's queue */
 } Loop;
 
@@ -571,7 +571,7 @@ static int call_one(Loop *L, PyObject *tid, Py_ssize_t *i, Py_ssize_t count) {
         rc = RAISED;
         goto out;
     }
-    if (slots < 1 || n_results < 0 || n_results > 1 || !PyTuple_CheckExact(tail) || !PyDict_CheckExact(kwargs)
+    if (slots < 0 || n_results < 0 || n_results > 1 || !PyTuple_CheckExact(tail) || !PyDict_CheckExact(kwargs)
             || slots + PyTuple_GET_SIZE(tail) > MAX_ARGS)
         goto out;
     Py_ssize_t j = *i + 1 + slots, k = j + n_results;
@@ -591,7 +591,7 @@ static int call_one(Loop *L, PyObject *tid, Py_ssize_t *i, Py_ssize_t count) {
         Py_INCREF(a);
         stack[n_arrays++] = a;
     }
-    if (Py_TYPE(stack[0]) != L->array_type)
+    if (n_arrays && Py_TYPE(stack[0]) != L->array_type)   /* none: a function of constants (`arange(n)`) */
         goto out;
     rc = RAISED;
     if ((metas = PyObject_GetAttr(t, s_metas)) == NULL)
@@ -642,6 +642,15 @@ static int call_one(Loop *L, PyObject *tid, Py_ssize_t *i, Py_ssize_t count) {
         rc = TAKEN;
     } else {
         int ok = 1;
+        if (L->strict == Py_None && !PyObject_TypeCheck(result, L->array_type) && !PyTuple_Check(result)
+                && !PyList_Check(result)) {     /* a NumPy scalar (`x.mean()`): a 0-d array, as _bind_result */
+            PyObject *converted = PyObject_CallOneArg(L->asarray, result);
+            Py_SETREF(result, converted);
+            if (result == NULL) {
+                rc = failed(L, t, j, k, count);
+                goto ran;
+            }
+        }
         if (Py_TYPE(result) != L->array_type || L->strict != Py_None) {
             if ((arrays_list = list_of(stack, n_arrays)) == NULL)
                 goto out;
@@ -703,6 +712,7 @@ static PyObject *replay(PyObject *Py_UNUSED(module), PyObject *const *args, Py_s
     L.kinds = PyTuple_GET_ITEM(state, ST_KINDS);
     L.owner = PyTuple_GET_ITEM(state, ST_OWNER);
     L.strict = PyTuple_GET_ITEM(state, ST_STRICT);
+    L.asarray = PyTuple_GET_ITEM(state, ST_ASARRAY);
     if (!PyDict_CheckExact(L.handles) || !PyDict_CheckExact(L.poisoned) || !PyDict_CheckExact(L.handle_owner)
             || !PyDict_CheckExact(L.owners) || !PyDict_CheckExact(L.templates)) {
         PyErr_SetString(PyExc_TypeError, "replay: the session's tables must be dicts");

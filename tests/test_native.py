@@ -52,7 +52,10 @@ TEMPLATES = [
     (11, "ndarray.__setitem__", (H(1), (H(5),), H(6)), {}),   # item assignment from an array: no result
     (12, "ndarray.__setitem__", (H(1), (H(5),), 0.5), {}),    # ... and from a constant
     (13, "ndarray.__getitem__", (H(3), (H(7), 0)), {}),  # a key of an array and a constant: Python's
+    (14, "arange", (5,), {"dtype": np.dtype("float32")}),   # a function of constants alone: no slots
+    (15, "ndarray.mean", (H(1),), {}),                   # a NumPy scalar of every element: bound as 0-d
 ]
+
 def handles_in(value) -> int:
     return 1 if isinstance(value, H) else sum(map(handles_in, value)) if isinstance(value, tuple) else 0
 

@@ -134,7 +134,7 @@ class Session:
                                     self.memory_used, self.flows, self._templates, self._array_type,
                                     limits.max_ops_per_batch, self._max_handles, self._max_rank, ARRAY_KINDS,
                                     None if backend.owner_by_base else backend.owner,
-                                    self._check_replay if _STRICT_META else None)
+                                    self._check_replay if _STRICT_META else None, backend.xp.asarray)
         # Shutdown (daemon/server.py drain): the monotonic time by which the session will be ended,
         # told to the client in every reply; then `ending`, the reason, ends it between two ops.
         self.drain_deadline: float | None = None
@@ -493,7 +493,7 @@ class Session:
             self.memory[device].check(t.need)
         hold.take(flow, t.stream)
         direct = t.direct
-        if direct is not None and type(arrays[0]) is self._array_type:
+        if direct is not None and (not arrays or type(arrays[0]) is self._array_type):
             # The call as one Python call on the arrays (templates.set_direct): no argument list to fill,
             # no dispatch on the surface name. Same function, same arguments as _invoke's.
             result = self._on_device(device, t.stream, direct, *arrays, *(t.tail or ()), **t.kwargs)

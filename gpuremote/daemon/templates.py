@@ -53,9 +53,10 @@ def _fill(value: Any, arrays: list) -> Any:
 
 def set_direct(t: Template, fn) -> None:
     """Make `fn` the template's direct call where the call is fn(*slot arrays, *t.tail, **t.kwargs),
-    one call on the arrays with the constants after them (`x + 1`: fn(x, 1)), or an indexing call
-    whose key is slots alone (_indexing); otherwise (or with fn None) the template keeps none."""
-    if fn is None or not t.slots:
+    one call on the arrays with the constants after them (`x + 1`: fn(x, 1)), a function of
+    constants alone (`arange(n)`), or an indexing call whose key is slots alone (_indexing);
+    otherwise (or with fn None) the template keeps none."""
+    if fn is None or not (t.slots or t.plan.kind == "function"):
         return
     if t.tail is None:
         fn = _indexing(t, fn)
