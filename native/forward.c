@@ -17,18 +17,18 @@
 #include <Python.h>
 #include <frameobject.h>
 
-#define FORWARD_API 1    /* bump with any change to what call() or configure() take or read (_core.py checks) */
+#define FORWARD_API 2    /* bump with any change to what call() or configure() take or read (_core.py checks) */
 #define MAX_ITEMS 16     /* arguments of one call; longer calls take the Python path */
 
 static PyObject *s_shape, *s_dtype, *s_session, *s_remote, *s_device, *s_handle, *s_lost, *s_closed, *s_lock,
     *s_acquire, *s_release, *s_max_templates, *s_templates, *s_handles, *s_releases, *s_queue_releases, *s_run,
     *s_open_run, *s_run_calls, *s_seq, *s_queued, *s_flush_ops, *s_flush, *s_ops, *s_replayed, *s_tobytes,
-    *s_name, *s_streams_used, *s_filename, *s_out, *s_limit, *s_prefix;
+    *s_name, *s_streams_used, *s_filename, *s_out, *s_limit, *s_prefix, *s_batch_bytes, *zero;
 
 /* Set once by configure() (cupy/_core.py, at import). */
 static PyTypeObject *proxy_type, *generic_type;
-static PyObject *wrap, *derived, *own_code, *sites, *context, *stats;
-static Py_ssize_t own_limit, sites_limit;
+static PyObject *wrap, *derived, *codes, *context, *stats;
+static Py_ssize_t codes_limit;
 
 /* Memo.put (gpuremote/memo.py): forget everything when full, then remember. */
 static int memo_put(PyObject *memo, Py_ssize_t limit, PyObject *key, PyObject *value) {
@@ -57,49 +57,61 @@ static PyObject *frame_globals(PyFrameObject *f) {
 }
 
 /* cupy/_core.site(): "file:line" of the first frame up the stack that is not gpuremote's own code,
- * with the same two memo tables (code -> whether it is gpuremote's; (code, offset) -> the text). */
+ * with the same memo table: id(code) -> (code, whether it is gpuremote's, {bytecode offset: text}).
+ * Keyed by identity, as hashing a code object hashes its constants and names at every call; the
+ * entry holds the code, so its id cannot be reused while the entry lives. */
 static PyObject *site(void) {
     PyFrameObject *f = PyEval_GetFrame();
     Py_XINCREF(f);
     while (f != NULL) {
         PyCodeObject *code = PyFrame_GetCode(f);
-        PyObject *own = PyDict_GetItemWithError(own_code, (PyObject *)code);
-        int is_own;
-        if (own != NULL) {
-            is_own = own == Py_True;
-        } else if (PyErr_Occurred()) {
-            is_own = -1;
-        } else {
+        PyObject *id = PyLong_FromVoidPtr(code), *rec = NULL;
+        if (id != NULL && (rec = PyDict_GetItemWithError(codes, id)) != NULL) {
+            Py_INCREF(rec);
+        } else if (id != NULL && !PyErr_Occurred()) {
             PyObject *globals = frame_globals(f);
             PyObject *name = globals && PyDict_Check(globals) ? PyDict_GetItemWithError(globals, s_name) : NULL;
-            is_own = name != NULL && PyUnicode_Check(name)
+            int own = name != NULL && PyUnicode_Check(name)
                 && PyUnicode_Tailmatch(name, s_prefix, 0, PY_SSIZE_T_MAX, -1) == 1;
             Py_XDECREF(globals);
-            if (PyErr_Occurred() || memo_put(own_code, own_limit, (PyObject *)code, is_own ? Py_True : Py_False) < 0)
-                is_own = -1;
+            PyObject *lines = PyErr_Occurred() ? NULL : PyDict_New();
+            rec = lines ? PyTuple_Pack(3, code, own ? Py_True : Py_False, lines) : NULL;
+            Py_XDECREF(lines);
+            if (rec != NULL && memo_put(codes, codes_limit, id, rec) < 0)
+                Py_CLEAR(rec);
         }
-        if (is_own == 0) {
-            PyObject *key = Py_BuildValue("(Oi)", code, frame_lasti(f));
-            PyObject *where = key ? PyDict_GetItemWithError(sites, key) : NULL;
+        Py_XDECREF(id);
+        if (rec != NULL && (!PyTuple_CheckExact(rec) || PyTuple_GET_SIZE(rec) != 3
+                            || !PyDict_CheckExact(PyTuple_GET_ITEM(rec, 2)))) {
+            PyErr_SetString(PyExc_TypeError, "malformed entry in cupy/_core._CODES");
+            Py_CLEAR(rec);
+        }
+        if (rec == NULL) {
+            Py_DECREF(code);
+            Py_DECREF(f);
+            return NULL;
+        }
+        if (PyTuple_GET_ITEM(rec, 1) != Py_True) {
+            PyObject *lines = PyTuple_GET_ITEM(rec, 2);
+            PyObject *offset = PyLong_FromLong(frame_lasti(f));
+            PyObject *where = offset ? PyDict_GetItemWithError(lines, offset) : NULL;
             if (where != NULL) {
                 Py_INCREF(where);
-            } else if (key != NULL && !PyErr_Occurred()) {
+            } else if (offset != NULL && !PyErr_Occurred()) {
                 PyObject *file = PyObject_GetAttr((PyObject *)code, s_filename);
                 where = file ? PyUnicode_FromFormat("%U:%d", file, PyFrame_GetLineNumber(f)) : NULL;
                 Py_XDECREF(file);
-                if (where != NULL && memo_put(sites, sites_limit, key, where) < 0)
+                if (where != NULL && PyDict_SetItem(lines, offset, where) < 0)
                     Py_CLEAR(where);
             }
-            Py_XDECREF(key);
+            Py_XDECREF(offset);
+            Py_DECREF(rec);
             Py_DECREF(code);
             Py_DECREF(f);
             return where;
         }
+        Py_DECREF(rec);
         Py_DECREF(code);
-        if (is_own < 0) {
-            Py_DECREF(f);
-            return NULL;
-        }
         PyFrameObject *back = PyFrame_GetBack(f);
         Py_DECREF(f);
         f = back;
@@ -186,6 +198,36 @@ static int set_int_attr(PyObject *obj, PyObject *name, Py_ssize_t delta, Py_ssiz
     return rc;
 }
 
+/* Session._queue_releases(): its common case here (one array dropped since the last call, a run
+ * open: id 0 and the handle appended to the run), anything else through the method. The GIL is held
+ * throughout, so no __del__ can append to the list in between. */
+static int queue_release(PyObject *session) {
+    PyObject *releases = PyObject_GetAttr(session, s_releases);
+    PyObject *run = releases ? PyObject_GetAttr(session, s_run) : NULL;
+    int rc = -1;
+    if (run == NULL)
+        goto done;
+    if (PyList_CheckExact(releases) && PyList_GET_SIZE(releases) == 1 && PyList_CheckExact(run)) {
+        PyObject *h = PyList_GET_ITEM(releases, 0);
+        Py_INCREF(h);
+        if (PyList_Append(run, zero) < 0 || PyList_Append(run, h) < 0
+                || PyList_SetSlice(releases, 0, 1, NULL) < 0 || set_int_attr(session, s_batch_bytes, 12, NULL) < 0) {
+            Py_DECREF(h);
+            goto done;
+        }
+        Py_DECREF(h);
+        rc = 0;
+        goto done;
+    }
+    PyObject *r = PyObject_CallMethodNoArgs(session, s_queue_releases);
+    Py_XDECREF(r);
+    rc = r == NULL ? -1 : 0;
+done:
+    Py_XDECREF(releases);
+    Py_XDECREF(run);
+    return rc;
+}
+
 /* Session._replay(tid, proxies, (handle,) or () without one) under the session's lock, the template
  * known to exist. */
 static int replay(PyObject *session, PyObject *tid, PyObject **proxies, Py_ssize_t n_proxies, PyObject *handle) {
@@ -196,12 +238,8 @@ static int replay(PyObject *session, PyObject *tid, PyObject **proxies, Py_ssize
     Py_DECREF(releases);
     if (pending < 0)
         return -1;
-    if (pending) {
-        PyObject *r = PyObject_CallMethodNoArgs(session, s_queue_releases);
-        if (r == NULL)
-            return -1;
-        Py_DECREF(r);
-    }
+    if (pending && queue_release(session) < 0)
+        return -1;
     PyObject *run = PyObject_GetAttr(session, s_run);
     if (run == Py_None) {
         Py_DECREF(run);
@@ -402,27 +440,24 @@ done:
 }
 
 static PyObject *configure(PyObject *Py_UNUSED(module), PyObject *args) {
-    PyObject *ptype, *gtype, *d, *own, *st, *ctx, *stt;
+    PyObject *ptype, *gtype, *d, *cd, *ctx, *stt;
     if (PyTuple_GET_SIZE(args) == 0) {      /* off: call() answers None, the Python path runs every call */
         Py_CLEAR(wrap);
         Py_CLEAR(proxy_type);
         Py_CLEAR(generic_type);
         Py_CLEAR(derived);
-        Py_CLEAR(own_code);
-        Py_CLEAR(sites);
+        Py_CLEAR(codes);
         Py_CLEAR(context);
         Py_CLEAR(stats);
         Py_RETURN_NONE;
     }
-    if (!PyArg_ParseTuple(args, "O!O!O!O!O!OO:configure", &PyType_Type, &ptype, &PyType_Type, &gtype,
-                          &PyDict_Type, &d, &PyDict_Type, &own, &PyDict_Type, &st, &ctx, &stt))
+    if (!PyArg_ParseTuple(args, "O!O!O!O!OO:configure", &PyType_Type, &ptype, &PyType_Type, &gtype,
+                          &PyDict_Type, &d, &PyDict_Type, &cd, &ctx, &stt))
         return NULL;
     PyObject *w = PyObject_GetAttrString(ptype, "_wrap");
-    PyObject *l1 = w ? PyObject_GetAttr(own, s_limit) : NULL;
-    PyObject *l2 = l1 ? PyObject_GetAttr(st, s_limit) : NULL;
-    Py_ssize_t n1 = l1 ? PyLong_AsSsize_t(l1) : -1, n2 = l2 ? PyLong_AsSsize_t(l2) : -1;
-    Py_XDECREF(l1);
-    Py_XDECREF(l2);
+    PyObject *limit = w ? PyObject_GetAttr(cd, s_limit) : NULL;
+    Py_ssize_t n = limit ? PyLong_AsSsize_t(limit) : -1;
+    Py_XDECREF(limit);
     if (w == NULL || PyErr_Occurred()) {
         Py_XDECREF(w);
         return NULL;
@@ -431,11 +466,10 @@ static PyObject *configure(PyObject *Py_UNUSED(module), PyObject *args) {
     Py_XSETREF(proxy_type, (PyTypeObject *)Py_NewRef(ptype));
     Py_XSETREF(generic_type, (PyTypeObject *)Py_NewRef(gtype));
     Py_XSETREF(derived, Py_NewRef(d));
-    Py_XSETREF(own_code, Py_NewRef(own));
-    Py_XSETREF(sites, Py_NewRef(st));
+    Py_XSETREF(codes, Py_NewRef(cd));
     Py_XSETREF(context, Py_NewRef(ctx));
     Py_XSETREF(stats, Py_NewRef(stt));
-    own_limit = n1, sites_limit = n2;
+    codes_limit = n;
     Py_RETURN_NONE;
 }
 
@@ -443,7 +477,7 @@ static PyMethodDef methods[] = {
     {"call", (PyCFunction)(void (*)(void))call, METH_FASTCALL,
      "call(name, args, kwargs, nin, in_place) -> the result's proxy, or None when the Python path must run the call."},
     {"configure", configure, METH_VARARGS,
-     "configure(proxy_type, numpy.generic, derived, own_code, sites, context_module, stats): the tables call()\n"
+     "configure(proxy_type, numpy.generic, derived, codes, context_module, stats): the tables call()\n"
      "reads; configure() with no arguments turns the path off."},
     {NULL, NULL, 0, NULL},
 };
@@ -462,12 +496,14 @@ PyMODINIT_FUNC PyInit__forward(void) {
         {&s_run_calls, "_run_calls"}, {&s_seq, "_seq"}, {&s_queued, "_queued"}, {&s_flush_ops, "_flush_ops"},
         {&s_flush, "_flush"}, {&s_ops, "ops"}, {&s_replayed, "replayed"}, {&s_tobytes, "tobytes"},
         {&s_name, "__name__"}, {&s_streams_used, "_streams_used"}, {&s_filename, "co_filename"},
-        {&s_out, "out"}, {&s_limit, "limit"}, {&s_prefix, "gpuremote."},
+        {&s_out, "out"}, {&s_limit, "limit"}, {&s_prefix, "gpuremote."}, {&s_batch_bytes, "_batch_bytes"},
     };
     for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
         if ((*names[k].slot = PyUnicode_InternFromString(names[k].name)) == NULL)
             return NULL;
     }
+    if ((zero = PyLong_FromLong(0)) == NULL)
+        return NULL;
     PyObject *m = PyModule_Create(&module);
     /* cupy/_core.py uses the module only if API is the contract it was written for. */
     if (m != NULL && PyModule_AddIntConstant(m, "API", FORWARD_API) < 0)

@@ -26,6 +26,19 @@ def test_error_names_op_and_line(cp):
     assert "linalg.inv" in str(info.value) and "test_smoke.py" in str(info.value)
 
 
+def test_errors_name_the_line_of_code_made_at_run_time(cp):
+    # The source-line memo is keyed by a code object's identity (cupy/_core._CODES): code objects
+    # made and dropped one after another, often at the same address, each name their own line.
+    for k in range(12):
+        src = "\n" * k + "def f(cp, x):\n    for _ in range(4):\n        x = x + 1\n    return cp.linalg.inv(x)\n"
+        scope: dict = {}
+        exec(compile(src, f"generated_{k}.py", "exec"), scope)
+        bad = scope["f"](cp, cp.zeros((3, 3)))
+        with pytest.raises(np.linalg.LinAlgError, match=f"generated_{k}.py:{k + 4}"):
+            bad.get()
+        del scope, bad
+
+
 def test_shape_error_raises_at_the_line(cp):
     with pytest.raises(ValueError):
         cp.ones(3) + cp.ones(4)

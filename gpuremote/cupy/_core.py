@@ -29,12 +29,14 @@ try:    # the compiled path of a call the session already replays (native/forwar
     from gpuremote import _forward as _compiled
 except ImportError:
     _compiled = None
-if getattr(_compiled, "API", None) != 1 or not DEFAULTS.native:    # another forward.c's build, or turned off
+if getattr(_compiled, "API", None) != 2 or not DEFAULTS.native:    # another forward.c's build, or turned off
     _compiled = None
 
 
-_OWN_CODE = Memo(65536)    # code object -> whether it is gpuremote's own (skipped when naming the site)
-_SITES = Memo(65536)       # (code object, bytecode offset) -> "file:line"
+# id(code) -> (code, whether it is gpuremote's own (skipped when naming the site), {bytecode offset:
+# "file:line"}). Keyed by identity: hashing a code object hashes its constants and names each time.
+# The entry holds the code, so its id is not reused while the entry lives.
+_CODES = Memo(65536)
 
 
 def site() -> str:
@@ -42,15 +44,15 @@ def site() -> str:
     f = sys._getframe(2)
     while f is not None:
         code = f.f_code
-        own = _OWN_CODE.get(code)
-        if own is None:
-            own = _OWN_CODE.put(code, f.f_globals.get("__name__", "").startswith("gpuremote."))
-        if not own:
+        rec = _CODES.get(id(code))
+        if rec is None:
+            rec = _CODES.put(id(code), (code, f.f_globals.get("__name__", "").startswith("gpuremote."), {}))
+        if not rec[1]:
             # f_lineno decodes the line table; the offset is at hand, and loops repeat their sites
-            key = (code, f.f_lasti)
-            where = _SITES.get(key)
+            lines = rec[2]
+            where = lines.get(f.f_lasti)
             if where is None:
-                where = _SITES.put(key, f"{code.co_filename}:{f.f_lineno}")
+                where = lines[f.f_lasti] = f"{code.co_filename}:{f.f_lineno}"
             return where
         f = f.f_back
     return ""
@@ -568,7 +570,7 @@ def use_compiled_path(on: bool) -> None:
     if _compiled is None:
         return
     if on:      # the tables it reads: the same ones the Python path fills
-        _compiled.configure(ndarray, numpy.generic, _DERIVED, _OWN_CODE, _SITES, context, STATS)
+        _compiled.configure(ndarray, numpy.generic, _DERIVED, _CODES, context, STATS)
     else:
         _compiled.configure()
 
