@@ -54,6 +54,7 @@ TEMPLATES = [
     (13, "ndarray.__getitem__", (H(3), (H(7), 0)), {}),  # a key of an array and a constant: Python's
     (14, "arange", (5,), {"dtype": np.dtype("float32")}),   # a function of constants alone: no slots
     (15, "ndarray.mean", (H(1),), {}),                   # a NumPy scalar of every element: bound as 0-d
+    (16, "ndarray.__getitem__", (H(1), H(5)), {}),       # a key that is one array (x[perm])
 ]
 
 def handles_in(value) -> int:
