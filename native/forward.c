@@ -16,8 +16,9 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <frameobject.h>
+#include <structmember.h>
 
-#define FORWARD_API 2    /* bump with any change to what call() or configure() take or read (_core.py checks) */
+#define FORWARD_API 3    /* bump with any change to what call() or configure() take or read (_core.py checks) */
 #define MAX_ITEMS 16     /* arguments of one call; longer calls take the Python path */
 
 static PyObject *s_shape, *s_dtype, *s_session, *s_remote, *s_device, *s_handle, *s_lost, *s_closed, *s_lock,
@@ -29,6 +30,12 @@ static PyObject *s_shape, *s_dtype, *s_session, *s_remote, *s_device, *s_handle,
 static PyTypeObject *proxy_type, *generic_type;
 static PyObject *wrap, *derived, *codes, *context, *stats;
 static Py_ssize_t codes_limit;
+
+/* The proxy class's slots (ndarray.__slots__) that ndarray._wrap fills, in its order; their offsets
+ * in the object, read by configure() from the slots' member descriptors (-1: not found, and then
+ * new_proxy() calls _wrap instead). */
+enum { SLOT_SESSION, SLOT_HANDLE, SLOT_REMOTE, SLOT_DEVICE, SLOT_SHAPE, SLOT_DTYPE, SLOT_COUNT };
+static Py_ssize_t slot_offsets[SLOT_COUNT] = {-1, -1, -1, -1, -1, -1};
 
 /* Memo.put (gpuremote/memo.py): forget everything when full, then remember. */
 static int memo_put(PyObject *memo, Py_ssize_t limit, PyObject *key, PyObject *value) {
@@ -298,6 +305,58 @@ done:
     return rc;
 }
 
+/* ndarray._wrap(session, handle, remote, device, meta): a new proxy with its slots filled, without
+ * the classmethod's Python frame; `meta` is the (shape, dtype) derived for the result. */
+static PyObject *new_proxy(PyObject *session, PyObject *handle, PyObject *remote, PyObject *device, PyObject *meta) {
+    if (slot_offsets[0] < 0 || !PyTuple_CheckExact(meta) || PyTuple_GET_SIZE(meta) != 2)
+        return PyObject_CallFunctionObjArgs(wrap, session, handle, remote, device, meta, NULL);
+    PyObject *self = proxy_type->tp_alloc(proxy_type, 0);
+    if (self == NULL)
+        return NULL;
+    PyObject *values[SLOT_COUNT] = {session, handle, remote, device, PyTuple_GET_ITEM(meta, 0),
+                                    PyTuple_GET_ITEM(meta, 1)};
+    for (int k = 0; k < SLOT_COUNT; k++)
+        *(PyObject **)((char *)self + slot_offsets[k]) = Py_NewRef(values[k]);
+    return self;
+}
+
+/* ndarray.__del__ (installed by finalizer()): Session.release(handle) of the proxy's session, that
+ * is, the handle queued for release unless the session is closed; never raises, as the Python one. */
+static PyObject *release_proxy(PyObject *self, PyObject *Py_UNUSED(ignored)) {
+    PyObject *session = slot_offsets[SLOT_SESSION] < 0 ? NULL
+        : *(PyObject **)((char *)self + slot_offsets[SLOT_SESSION]);
+    PyObject *handle = slot_offsets[SLOT_HANDLE] < 0 ? NULL
+        : *(PyObject **)((char *)self + slot_offsets[SLOT_HANDLE]);
+    if (session == NULL || handle == NULL)
+        Py_RETURN_NONE;                             /* a proxy never filled (ndarray.__new__ without a shape) */
+    PyObject *closed = PyObject_GetAttr(session, s_closed);
+    int is_closed = closed ? PyObject_IsTrue(closed) : -1;
+    Py_XDECREF(closed);
+    if (is_closed == 0) {
+        PyObject *releases = PyObject_GetAttr(session, s_releases);
+        if (releases == NULL || (PyList_CheckExact(releases) ? PyList_Append(releases, handle)
+                                                             : -1) < 0)
+            is_closed = -1;
+        Py_XDECREF(releases);
+    }
+    if (is_closed < 0)
+        PyErr_Clear();
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef release_def = {"__del__", release_proxy, METH_NOARGS,
+                                  "Queue the array's handle for release (native/forward.c)."};
+
+/* finalizer(): ndarray.__del__ as a method of the proxy class (configure() first). */
+static PyObject *finalizer(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(ignored)) {
+    if (proxy_type == NULL || slot_offsets[0] < 0) {
+        PyErr_SetString(PyExc_RuntimeError, "finalizer() needs configure() with a proxy class that has the slots");
+        return NULL;
+    }
+    return PyDescr_NewMethod(proxy_type, &release_def);
+}
+
+
 /* call(name, args, kwargs, nin, in_place) -> the result's proxy, or None: see the top of this file.
  * `nin` is the ufunc's number of inputs for a module function (more arguments name outputs: Python's
  * path), else -1; `in_place` (`w -= g`: surface rule "self"): no result, the call returns args[0]. */
@@ -416,7 +475,7 @@ static PyObject *call(PyObject *Py_UNUSED(module), PyObject *const *argv, Py_ssi
         goto done;
     Py_DECREF(r);
     out = in_place ? Py_NewRef(PyTuple_GET_ITEM(args, 0))
-                   : PyObject_CallFunctionObjArgs(wrap, session, handle, remote, device, meta, NULL);
+                   : new_proxy(session, handle, remote, device, meta);
     goto done;
 fallback:
     if (!PyErr_Occurred())
@@ -439,6 +498,7 @@ done:
     return out;
 }
 
+
 static PyObject *configure(PyObject *Py_UNUSED(module), PyObject *args) {
     PyObject *ptype, *gtype, *d, *cd, *ctx, *stt;
     if (PyTuple_GET_SIZE(args) == 0) {      /* off: call() answers None, the Python path runs every call */
@@ -449,6 +509,8 @@ static PyObject *configure(PyObject *Py_UNUSED(module), PyObject *args) {
         Py_CLEAR(codes);
         Py_CLEAR(context);
         Py_CLEAR(stats);
+        for (int k = 0; k < SLOT_COUNT; k++)
+            slot_offsets[k] = -1;
         Py_RETURN_NONE;
     }
     if (!PyArg_ParseTuple(args, "O!O!O!O!OO:configure", &PyType_Type, &ptype, &PyType_Type, &gtype,
@@ -470,6 +532,19 @@ static PyObject *configure(PyObject *Py_UNUSED(module), PyObject *args) {
     Py_XSETREF(context, Py_NewRef(ctx));
     Py_XSETREF(stats, Py_NewRef(stt));
     codes_limit = n;
+    PyObject *slot_names[SLOT_COUNT] = {s_session, s_handle, s_remote, s_device, s_shape, s_dtype};
+    Py_ssize_t found[SLOT_COUNT];
+    int all = 1;
+    for (int k = 0; k < SLOT_COUNT && all; k++) {     /* each a slot of ndarray's own: an object member */
+        PyObject *descr = PyObject_GetAttr(ptype, slot_names[k]);
+        all = descr != NULL && Py_IS_TYPE(descr, &PyMemberDescr_Type)
+            && ((PyMemberDescrObject *)descr)->d_member->type == T_OBJECT_EX;
+        found[k] = all ? ((PyMemberDescrObject *)descr)->d_member->offset : -1;
+        Py_XDECREF(descr);
+    }
+    PyErr_Clear();
+    for (int k = 0; k < SLOT_COUNT; k++)
+        slot_offsets[k] = all ? found[k] : -1;
     Py_RETURN_NONE;
 }
 
@@ -479,6 +554,7 @@ static PyMethodDef methods[] = {
     {"configure", configure, METH_VARARGS,
      "configure(proxy_type, numpy.generic, derived, codes, context_module, stats): the tables call()\n"
      "reads; configure() with no arguments turns the path off."},
+    {"finalizer", finalizer, METH_NOARGS, "finalizer() -> ndarray.__del__ in C (after configure())."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -291,3 +291,31 @@ def test_the_compiled_client_path_declines_what_it_does_not_know():
     for args in [(), (1, 2.0), (np.ones(3),), ({"a": 1},), (object(),), ((1,) * 40,), (slice(None),)]:
         assert call("add", args, {}, 2, False) is None
     assert call("ndarray.__iadd__", (1.0, 2.0), {}, -1, True) is None
+
+
+@needs_forward
+def test_the_compiled_finalizer_releases_as_the_python_one(cp, monkeypatch):
+    # ndarray.__del__ is forward.c's where built: it queues the handle as Session.release does, does
+    # nothing for a proxy never filled or of a closed session, and never raises.
+    unraisable = []
+    monkeypatch.setattr("sys.unraisablehook", unraisable.append)
+    assert type(_core.ndarray.__dict__["__del__"]).__name__ == "method_descriptor"
+    x = cp.arange(3.0)
+    session, handle = x._gr_session, x._gr_handle
+    del x
+    assert session._releases[-1] == handle
+    empty = _core.ndarray.__new__(_core.ndarray)
+    del empty
+    y = cp.arange(3.0)
+    y._gr_session = object()        # no `closed`, no `_releases`: swallowed, as the Python one's AttributeError
+    del y
+    assert not unraisable
+    _core.use_compiled_path(False)
+    try:
+        assert _core.ndarray.__del__ is _core._release_on_del
+        z = cp.arange(3.0)
+        handle = z._gr_handle
+        del z
+        assert session._releases[-1] == handle
+    finally:
+        _core.use_compiled_path(True)

@@ -29,7 +29,7 @@ try:    # the compiled path of a call the session already replays (native/forwar
     from gpuremote import _forward as _compiled
 except ImportError:
     _compiled = None
-if getattr(_compiled, "API", None) != 2 or not DEFAULTS.native:    # another forward.c's build, or turned off
+if getattr(_compiled, "API", None) != 3 or not DEFAULTS.native:    # another forward.c's build, or turned off
     _compiled = None
 
 
@@ -357,7 +357,7 @@ class ndarray:
             self._shape, self._dtype = meta
         return self
 
-    def __del__(self):
+    def __del__(self):     # replaced by native/forward.c's where it is built (use_compiled_path)
         try:
             self._gr_session.release(self._gr_handle)
         except Exception:  # never raise from a finaliser (interpreter shutdown, closed session)
@@ -564,6 +564,9 @@ for _name in SURFACE:
 del _name, _attr
 
 
+_release_on_del = ndarray.__del__
+
+
 def use_compiled_path(on: bool) -> None:
     """Turn native/forward.c's path on (as at import, where it was built) or off in this process:
     hot_path.py measures the client both ways."""
@@ -571,8 +574,10 @@ def use_compiled_path(on: bool) -> None:
         return
     if on:      # the tables it reads: the same ones the Python path fills
         _compiled.configure(ndarray, numpy.generic, _DERIVED, _CODES, context, STATS)
+        ndarray.__del__ = _compiled.finalizer()
     else:
         _compiled.configure()
+        ndarray.__del__ = _release_on_del
 
 
 use_compiled_path(True)
