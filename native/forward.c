@@ -323,12 +323,20 @@ static PyObject *new_proxy(PyObject *session, PyObject *handle, PyObject *remote
 /* ndarray.__del__ (installed by finalizer()): Session.release(handle) of the proxy's session, that
  * is, the handle queued for release unless the session is closed; never raises, as the Python one. */
 static PyObject *release_proxy(PyObject *self, PyObject *Py_UNUSED(ignored)) {
-    PyObject *session = slot_offsets[SLOT_SESSION] < 0 ? NULL
-        : *(PyObject **)((char *)self + slot_offsets[SLOT_SESSION]);
-    PyObject *handle = slot_offsets[SLOT_HANDLE] < 0 ? NULL
-        : *(PyObject **)((char *)self + slot_offsets[SLOT_HANDLE]);
-    if (session == NULL || handle == NULL)
-        Py_RETURN_NONE;                             /* a proxy never filled (ndarray.__new__ without a shape) */
+    PyObject *session, *handle;
+    if (slot_offsets[SLOT_SESSION] >= 0 && PyObject_TypeCheck(self, proxy_type)) {
+        session = Py_XNewRef(*(PyObject **)((char *)self + slot_offsets[SLOT_SESSION]));
+        handle = Py_XNewRef(*(PyObject **)((char *)self + slot_offsets[SLOT_HANDLE]));
+    } else {        /* configure() has not found the slots (or was turned off): by name */
+        session = PyObject_GetAttr(self, s_session);
+        handle = session ? PyObject_GetAttr(self, s_handle) : NULL;
+    }
+    if (session == NULL || handle == NULL) {        /* a proxy never filled (ndarray.__new__ without a shape) */
+        PyErr_Clear();
+        Py_XDECREF(session);
+        Py_XDECREF(handle);
+        Py_RETURN_NONE;
+    }
     PyObject *closed = PyObject_GetAttr(session, s_closed);
     int is_closed = closed ? PyObject_IsTrue(closed) : -1;
     Py_XDECREF(closed);
@@ -341,6 +349,8 @@ static PyObject *release_proxy(PyObject *self, PyObject *Py_UNUSED(ignored)) {
     }
     if (is_closed < 0)
         PyErr_Clear();
+    Py_DECREF(session);
+    Py_DECREF(handle);
     Py_RETURN_NONE;
 }
 

@@ -319,3 +319,31 @@ def test_the_compiled_finalizer_releases_as_the_python_one(cp, monkeypatch):
         assert session._releases[-1] == handle
     finally:
         _core.use_compiled_path(True)
+
+
+@needs_forward
+def test_the_compiled_client_path_wants_the_proxy_slots_for_its_finalizer(cp):
+    # configure() reads where ndarray keeps its slots; a class without them gets no C finalizer
+    # (new proxies then come from its _wrap), and bad tables are refused.
+    session = cp.arange(1)._gr_session
+
+    class Bare:
+        @classmethod
+        def _wrap(cls, *args):
+            return cls()
+    try:
+        _core._compiled.configure(Bare, np.generic, {}, _core.Memo(8), _core.context, _core.STATS)
+        with pytest.raises(RuntimeError, match="slots"):
+            _core._compiled.finalizer()
+        x = _core.ndarray.__new__(_core.ndarray)
+        x._gr_session, x._gr_handle = session, 77
+        del x       # ndarray.__del__ is still the C one: it finds the slots by name meanwhile
+        assert session._releases[-1] == 77
+        session._releases.pop()
+        with pytest.raises(TypeError):
+            _core._compiled.configure(Bare, np.generic, [], {}, None, None)
+        with pytest.raises(AttributeError):
+            _core._compiled.configure(int, np.generic, {}, _core.Memo(8), None, None)   # no _wrap
+    finally:
+        _core.use_compiled_path(True)
+    assert type(_core.ndarray.__dict__["__del__"]).__name__ == "method_descriptor"
