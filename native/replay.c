@@ -32,8 +32,8 @@ enum {
 #define REPLAY_API 4     /* bump with any change to what replay() takes or reads (session.py checks it) */
 #define MAX_ARGS 16     /* arrays and constants of one direct call; longer calls take the Python path */
 
-static PyObject *s_ending, *s_ops, *s_fixed, *s_metas, *s_need, *s_shape, *s_dtype, *s_used,
-    *s_capacity, *s_flow, *s_stream, *s_sched, *s_waiting, *s_drop, *s_take, *s_charge, *s_credit, *s_kind,
+static PyObject *s_ending, *s_ops, *s_fixed, *s_metas, *s_need, *s_shape, *s_dtype,
+    *s_flow, *s_stream, *s_sched, *s_waiting, *s_drop, *s_take, *s_charge, *s_credit, *s_kind,
     *s_ndim, *s_base, *s_nbytes, *s_bind_one, *s_bind_replayed, *s_replay_failed;
 
 /* Template.fixed (gpuremote/daemon/templates.py): what a direct template's replay reads, in this order. */
@@ -65,18 +65,25 @@ typedef struct Ledger {
 
 static PyTypeObject LedgerType;
 
-/* 0 when n bytes were taken from the ledger and each of its parents; else the depth (1: this ledger,
- * 2: its parent, ...) of the first one without room, and nothing was taken. */
-static int ledger_take(Ledger *self, long long n) {
+/* 0 when n more bytes fit in the ledger and each of its parents; else the depth (1: this ledger,
+ * 2: its parent, ...) of the first one without room. */
+static int ledger_short(Ledger *self, long long n) {
     int depth = 1;
     for (Ledger *l = self; l != NULL; l = l->parent, depth++) {
         long long total;
         if (__builtin_add_overflow(l->used, n, &total) || total > l->capacity)
             return depth;
     }
-    for (Ledger *l = self; l != NULL; l = l->parent)
-        l->used += n;
     return 0;
+}
+
+/* 0 when n bytes were taken from the ledger and each of its parents; else ledger_short's depth, and
+ * nothing was taken. */
+static int ledger_take(Ledger *self, long long n) {
+    int depth = ledger_short(self, n);
+    for (Ledger *l = self; depth == 0 && l != NULL; l = l->parent)
+        l->used += n;
+    return depth;
 }
 
 /* Give n bytes back to the ledger and its parents; 0, or -1 with AssertionError when one went negative. */
@@ -230,16 +237,22 @@ static int add_to_item(PyObject *seq, PyObject *index, PyObject *delta, int subt
     return rc;
 }
 
+/* Whether the replay loop may use `mem`'s counters itself for `nbytes`: a Ledger, and a byte count
+ * that is an int of 64 bits (then in *n); else the ledger's own Python methods decide. */
+static int ledger_count(PyObject *mem, PyObject *nbytes, long long *n) {
+    if (!PyObject_TypeCheck(mem, &LedgerType) || !PyLong_CheckExact(nbytes))
+        return 0;
+    int overflow = 0;
+    *n = PyLong_AsLongLongAndOverflow(nbytes, &overflow);
+    return !overflow;       /* an exact int raises nothing here: past 64 bits it sets overflow */
+}
+
 /* session.memory[device].charge(nbytes): straight on a Ledger's counters when it has room, else (no
  * room: the error message is Python's; or another ledger class) through the method. 0 or -1. */
 static int ledger_charge(PyObject *mem, PyObject *nbytes) {
-    if (PyObject_TypeCheck(mem, &LedgerType) && PyLong_CheckExact(nbytes)) {
-        int overflow = 0;
-        long long n = PyLong_AsLongLongAndOverflow(nbytes, &overflow);
-        if (!overflow && !(n == -1 && PyErr_Occurred()) && ledger_take((Ledger *)mem, n) == 0)
-            return 0;
-        PyErr_Clear();
-    }
+    long long n;
+    if (ledger_count(mem, nbytes, &n) && ledger_take((Ledger *)mem, n) == 0)
+        return 0;
     PyObject *r = PyObject_CallMethodOneArg(mem, s_charge, nbytes);
     Py_XDECREF(r);
     return r == NULL ? -1 : 0;
@@ -247,13 +260,9 @@ static int ledger_charge(PyObject *mem, PyObject *nbytes) {
 
 /* session.memory[device].credit(nbytes), likewise. 0 or -1. */
 static int ledger_credit(PyObject *mem, PyObject *nbytes) {
-    if (PyObject_TypeCheck(mem, &LedgerType) && PyLong_CheckExact(nbytes)) {
-        int overflow = 0;
-        long long n = PyLong_AsLongLongAndOverflow(nbytes, &overflow);
-        if (!overflow && !(n == -1 && PyErr_Occurred()))
-            return ledger_give((Ledger *)mem, n);
-        PyErr_Clear();
-    }
+    long long n;
+    if (ledger_count(mem, nbytes, &n))
+        return ledger_give((Ledger *)mem, n);
     PyObject *r = PyObject_CallMethodOneArg(mem, s_credit, nbytes);
     Py_XDECREF(r);
     return r == NULL ? -1 : 0;
@@ -492,27 +501,11 @@ static int same_metas(PyObject *metas, PyObject **arrays, Py_ssize_t n) {
     return 1;
 }
 
-/* Whether `need` more bytes fit in the ledger (its check() would not raise): for a Ledger, in it and
- * each of its parents, else by its `used` and `capacity` alone. */
+/* Whether `need` more bytes fit in the ledger (its check() would not raise), in it and each of its
+ * parents; 0 for a ledger that is not a Ledger: the Python loop checks the call. */
 static int fits(PyObject *mem, PyObject *need) {
-    if (PyObject_TypeCheck(mem, &LedgerType) && PyLong_CheckExact(need)) {
-        int overflow = 0;
-        long long n = PyLong_AsLongLongAndOverflow(need, &overflow);
-        if (n == -1 && PyErr_Occurred())
-            return -1;
-        for (Ledger *l = (Ledger *)mem; l != NULL && !overflow; l = l->parent) {
-            long long total;
-            if (__builtin_add_overflow(l->used, n, &total) || total > l->capacity)
-                return 0;
-        }
-        return !overflow;
-    }
-    PyObject *used = PyObject_GetAttr(mem, s_used);
-    PyObject *cap = used ? PyObject_GetAttr(mem, s_capacity) : NULL;
-    PyObject *total = cap ? PyNumber_Add(used, need) : NULL;
-    int ok = total ? PyObject_RichCompareBool(total, cap, Py_LE) : -1;
-    Py_XDECREF(used), Py_XDECREF(cap), Py_XDECREF(total);
-    return ok;
+    long long n;
+    return ledger_count(mem, need, &n) && ledger_short((Ledger *)mem, n) == 0;
 }
 
 /* The failure (the exception now set) of the call whose result handles are calls[j:k], handed to
@@ -797,8 +790,8 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC PyInit__replay(void) {
     struct { PyObject **slot; const char *name; } names[] = {
         {&s_ending, "ending"}, {&s_ops, "ops"}, {&s_fixed, "fixed"}, {&s_metas, "metas"},
-        {&s_need, "need"}, {&s_shape, "shape"}, {&s_dtype, "dtype"}, {&s_used, "used"},
-        {&s_capacity, "capacity"}, {&s_flow, "flow"}, {&s_stream, "stream"}, {&s_sched, "sched"},
+        {&s_need, "need"}, {&s_shape, "shape"}, {&s_dtype, "dtype"},
+        {&s_flow, "flow"}, {&s_stream, "stream"}, {&s_sched, "sched"},
         {&s_waiting, "_waiting"}, {&s_drop, "drop"}, {&s_take, "take"}, {&s_charge, "charge"}, {&s_credit, "credit"},
         {&s_kind, "kind"}, {&s_ndim, "ndim"}, {&s_base, "base"}, {&s_nbytes, "nbytes"},
         {&s_bind_one, "_bind_one"}, {&s_bind_replayed, "_bind_replayed"}, {&s_replay_failed, "_replay_failed"},
