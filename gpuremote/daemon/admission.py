@@ -61,8 +61,7 @@ class LeaseMemory(Ledger):
     """
 
     def __init__(self, device_memory, limit: int, lease_id: str):
-        super().__init__(limit, device_memory)
-        self.device = device_memory
+        super().__init__(limit, device_memory)      # parent: the device's DeviceMemory
         self.lease_id = lease_id
         self.refs = 0
 
@@ -71,7 +70,7 @@ class LeaseMemory(Ledger):
         if refused == 1:
             raise _oom(nbytes, self.used, self.capacity, f"limit of lease {self.lease_id} on this device")
         if refused:
-            raise self.device.refusal(nbytes)       # the device itself is full
+            raise self.parent.refusal(nbytes)       # the device itself is full
 
     def credit(self, nbytes: int) -> None:
         self._give(nbytes)
@@ -79,7 +78,7 @@ class LeaseMemory(Ledger):
     def check(self, nbytes: int) -> None:
         if self.used + nbytes > self.capacity:
             raise _oom(nbytes, self.used, self.capacity, f"limit of lease {self.lease_id} on this device")
-        self.device.check(nbytes)
+        self.parent.check(nbytes)
 
 
 class NotGranted:
