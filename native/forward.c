@@ -205,12 +205,12 @@ static int set_int_attr(PyObject *obj, PyObject *name, Py_ssize_t delta, Py_ssiz
     return rc;
 }
 
-/* Session._queue_releases(): its common case here (one array dropped since the last call, a run
- * open: id 0 and the handle appended to the run), anything else through the method. The GIL is held
- * throughout, so no __del__ can append to the list in between. */
-static int queue_release(PyObject *session) {
-    PyObject *releases = PyObject_GetAttr(session, s_releases);
-    PyObject *run = releases ? PyObject_GetAttr(session, s_run) : NULL;
+/* Session._queue_releases() of `releases` (session._releases, not empty): its common case here (one
+ * array dropped since the last call, a run open: id 0 and the handle appended to the run), anything
+ * else through the method. The GIL is held throughout, so no __del__ can append to the list in
+ * between. */
+static int queue_release(PyObject *session, PyObject *releases) {
+    PyObject *run = PyObject_GetAttr(session, s_run);
     int rc = -1;
     if (run == NULL)
         goto done;
@@ -230,7 +230,6 @@ static int queue_release(PyObject *session) {
     Py_XDECREF(r);
     rc = r == NULL ? -1 : 0;
 done:
-    Py_XDECREF(releases);
     Py_XDECREF(run);
     return rc;
 }
@@ -242,10 +241,9 @@ static int replay(PyObject *session, PyObject *tid, PyObject **proxies, Py_ssize
     if (releases == NULL)
         return -1;
     int pending = PyObject_IsTrue(releases);
+    int ok = pending > 0 ? queue_release(session, releases) : pending;
     Py_DECREF(releases);
-    if (pending < 0)
-        return -1;
-    if (pending && queue_release(session) < 0)
+    if (ok < 0)
         return -1;
     PyObject *run = PyObject_GetAttr(session, s_run);
     if (run == Py_None) {
