@@ -51,3 +51,28 @@ def test_sequences_are_not_arrays(cp):
     with pytest.raises(TypeError, match="Unsupported type"):
         cp.add([1, 2], 1)
     np.testing.assert_array_equal(cp.cos(cp.asarray([0.0])).get(), [1.0])
+
+
+def test_the_first_batches_after_a_sync_point_are_small(cp):
+    # After a sync point the daemon has nothing queued: the next batch leaves after 8 ops, and each
+    # one after it may hold twice as many, up to batch_flush_ops (client/session.py).
+    import gpuremote
+    from gpuremote._config import DEFAULTS
+    y = cp.ones(4)
+    for _ in range(3 * DEFAULTS.batch_flush_ops):      # full-size batches, templates defined
+        y = y + 1
+    expected = float(y.sum().get())                        # a sync point
+    sizes, size = [], 8
+    while size < DEFAULTS.batch_flush_ops:
+        sizes.append(size)
+        size *= 2
+    sizes += [DEFAULTS.batch_flush_ops] * 2
+    for size in sizes:
+        before = gpuremote.stats()["messages"]
+        for _ in range(size - 1):
+            y = y + 1
+        assert gpuremote.stats()["messages"] == before, size
+        y = y + 1
+        assert gpuremote.stats()["messages"] == before + 1, size
+        expected += 4 * size
+    assert float(y.sum().get()) == expected
