@@ -27,6 +27,7 @@ def disconnect() -> None:
 
 
 def stats() -> dict:
-    """Client statistics: ops, messages, round_trips, bytes_h2d, bytes_d2h, blocked_s."""
+    """Client statistics: ops, replayed, messages, round_trips, bytes_h2d, bytes_d2h, blocked_s, and
+    peak_memory (filled in at exit when statistics are written: GPUREMOTE_STATS_JSON)."""
     from gpuremote.client.stats import STATS
     return STATS.as_dict()

@@ -73,7 +73,7 @@ def _addresses(ctx, param, value):
 @click.option("--filter", "filters", multiple=True, callback=_filters, metavar="FILTER",
               help="Where the pool may place the devices (repeatable, all must hold): host=NAME, "
                    "device.name=TEXT, device.memory>=SIZE, transport=NAME (e.g. rdma).")
-@click.option("--stats", "show_stats", is_flag=True, help="Print a summary of ops, round trips and bytes at exit.")
+@click.option("--stats", "show_stats", is_flag=True, help="Print a summary at exit: ops, round trips, bytes each way, time blocked, peak device memory.")
 @click.option("--stats-json", type=click.Path(dir_okay=False, writable=True), metavar="FILE",
               help="Write the summary as JSON.")
 @security_options()
@@ -146,7 +146,8 @@ def _print_stats(stats: dict) -> None:
             ("bytes host to device", f"{stats.get('bytes_h2d', 0):,}"),
             ("bytes device to host", f"{stats.get('bytes_d2h', 0):,}")]
     if "peak_memory" in stats:
-        rows.append(("peak device memory", f"{stats['peak_memory']:,} bytes"))
+        peak = stats["peak_memory"]
+        rows.append(("peak device memory", f"{peak / 2**20:.1f} MiB ({peak:,} bytes)"))
     for k, v in rows:
         table.add_row(k, v)
     Console(stderr=True).print(table)

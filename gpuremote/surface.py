@@ -114,6 +114,7 @@ _SERVICE = {
     "cuda.runtime.memGetInfo": "value", "cuda.MemoryPool.used_bytes": "value",
     "cuda.MemoryPool.total_bytes": "value", "cuda.MemoryPool.free_all_blocks": "none",
     "ndarray.item": "value", "ndarray.__copy_from__": "none", "cuda.memory.layout": "value",
+    "session.memory_peak": "value",
 }
 PROPERTIES = frozenset({"T", "real", "imag"})
 

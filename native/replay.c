@@ -24,12 +24,12 @@
 
 /* What Session passes as `state` (Session._compiled_state), in this order. */
 enum {
-    ST_HANDLES, ST_POISONED, ST_HANDLE_OWNER, ST_OWNERS, ST_MEMORY, ST_MEMORY_USED, ST_FLOWS,
+    ST_HANDLES, ST_POISONED, ST_HANDLE_OWNER, ST_OWNERS, ST_MEMORY, ST_MEMORY_USED, ST_MEMORY_PEAK, ST_FLOWS,
     ST_TEMPLATES, ST_ARRAY_TYPE, ST_MAX_CALLS, ST_MAX_HANDLES, ST_MAX_RANK, ST_KINDS, ST_OWNER,
     ST_STRICT, ST_ASARRAY, ST_COUNT
 };
 
-#define REPLAY_API 4     /* bump with any change to what replay() takes or reads (session.py checks it) */
+#define REPLAY_API 5     /* bump with any change to what replay() takes or reads (session.py checks it) */
 #define MAX_ARGS 16     /* arrays and constants of one direct call; longer calls take the Python path */
 
 static PyObject *s_ending, *s_ops, *s_fixed, *s_metas, *s_need, *s_shape, *s_dtype,
@@ -41,7 +41,7 @@ enum { FX_DIRECT, FX_SLOTS, FX_RESULTS, FX_DEVICE, FX_STREAM, FX_TAIL, FX_KWARGS
 
 typedef struct {
     PyObject *session, *op, *calls, *hold;
-    PyObject *handles, *poisoned, *handle_owner, *owners, *memory, *memory_used, *flows, *templates;
+    PyObject *handles, *poisoned, *handle_owner, *owners, *memory, *memory_used, *memory_peak, *flows, *templates;
     PyTypeObject *array_type;
     Py_ssize_t max_calls, max_handles, max_rank;
     PyObject *kinds, *owner, *strict, *asarray;
@@ -223,8 +223,9 @@ static Py_ssize_t attr_ssize(PyObject *obj, PyObject *name) {
     return out;
 }
 
-/* lst[index] += delta for a list (or sequence) of ints: Session.memory_used[device]. */
-static int add_to_item(PyObject *seq, PyObject *index, PyObject *delta, int subtract) {
+/* lst[index] += delta for a list (or sequence) of ints: Session.memory_used[device]; with `peak`
+ * (Session.memory_peak), also peak[index] = max(peak[index], the new value). */
+static int add_to_item(PyObject *seq, PyObject *index, PyObject *delta, int subtract, PyObject *peak) {
     PyObject *cur = PyObject_GetItem(seq, index);
     if (cur == NULL)
         return -1;
@@ -233,6 +234,12 @@ static int add_to_item(PyObject *seq, PyObject *index, PyObject *delta, int subt
     if (next == NULL)
         return -1;
     int rc = PyObject_SetItem(seq, index, next);
+    if (rc == 0 && peak != NULL) {
+        PyObject *top = PyObject_GetItem(peak, index);
+        int higher = top ? PyObject_RichCompareBool(next, top, Py_GT) : -1;
+        Py_XDECREF(top);
+        rc = higher > 0 ? PyObject_SetItem(peak, index, next) : higher;
+    }
     Py_DECREF(next);
     return rc;
 }
@@ -310,7 +317,7 @@ static int release(Loop *L, PyObject *h) {
         goto done;
     int credited = ledger_credit(mem, nbytes);
     Py_DECREF(mem);
-    if (credited < 0 || add_to_item(L->memory_used, device, nbytes, 1) < 0)
+    if (credited < 0 || add_to_item(L->memory_used, device, nbytes, 1, NULL) < 0)
         goto done;
     rc = TAKEN;
 done:
@@ -407,7 +414,7 @@ static int bind(Loop *L, PyObject *h, PyObject *result, PyObject *device) {
         PyList_SET_ITEM(fresh, 3, device);
         int set = PyDict_SetItem(L->owners, key, fresh);
         Py_DECREF(fresh);
-        if (set < 0 || add_to_item(L->memory_used, device, nbytes, 0) < 0)
+        if (set < 0 || add_to_item(L->memory_used, device, nbytes, 0, L->memory_peak) < 0)
             goto done;
     } else {
         if (!PyList_CheckExact(rec) || PyList_GET_SIZE(rec) != 4) {
@@ -699,6 +706,7 @@ static PyObject *replay(PyObject *Py_UNUSED(module), PyObject *const *args, Py_s
     L.owners = PyTuple_GET_ITEM(state, ST_OWNERS);
     L.memory = PyTuple_GET_ITEM(state, ST_MEMORY);
     L.memory_used = PyTuple_GET_ITEM(state, ST_MEMORY_USED);
+    L.memory_peak = PyTuple_GET_ITEM(state, ST_MEMORY_PEAK);
     L.flows = PyTuple_GET_ITEM(state, ST_FLOWS);
     L.templates = PyTuple_GET_ITEM(state, ST_TEMPLATES);
     L.array_type = (PyTypeObject *)PyTuple_GET_ITEM(state, ST_ARRAY_TYPE);

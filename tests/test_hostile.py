@@ -553,6 +553,8 @@ def test_empty_op_and_malformed_calls(target):
            call(10, "ndarray.sum", (5,), results=(11,), reply=True),        # not an array
            call(11, "ones", (3,), results=(12,), device=99, reply=True),
            call(12, "cuda.runtime.getDeviceProperties", (99,), reply=True),
+           call(14, "session.memory_peak", (np.arange(1 << 12),), reply=True),
+           call(15, "session.memory_peak", device=99, reply=True),
            sync(13)]
     received, status = raw_session(target.address, [opening(), batch(*ops)])
     assert status is None
@@ -561,7 +563,8 @@ def test_empty_op_and_malformed_calls(target):
               3: "kwarg_names and kwarg_values differ in length", 4: "keyword argument is repeated",
               5: "malformed dict value", 6: "empty value", 7: "handle 0 is already in use or reserved",
               8: "handle 9 is already in use", 9: "returns no array",
-              11: "device 99 does not exist", 12: "device 99 does not exist"}
+              11: "device 99 does not exist", 12: "device 99 does not exist",
+              14: "session.memory_peak takes no arguments", 15: "device 99 does not exist"}
     for seq, fragment in expect.items():
         assert fragment in error_of(r[seq]).message, (seq, r[seq].error)
     assert error_of(r[10]).type in ("TypeError", "AttributeError") and "int" in r[10].error.message

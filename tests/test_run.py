@@ -205,7 +205,9 @@ def test_stats_summary_and_json(tmp_path, daemon):
     stats = json.loads(out.read_text())
     assert stats["processes"] == 1 and stats["round_trips"] == 1 and stats["ops"] >= 12
     assert stats["bytes_h2d"] == 24 and stats["bytes_d2h"] > 0
-    assert "blocking round trips" in got.stderr
+    # asked of the daemon at exit: at `x = x * 1.5` the old and the new x (24 bytes each) were held
+    assert stats["peak_memory"] == 48
+    assert "blocking round trips" in got.stderr and "peak device memory" in got.stderr
 
 
 @pytest.mark.parametrize("options,message", [

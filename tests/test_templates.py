@@ -79,6 +79,27 @@ def test_a_loop_is_replayed_with_numpys_results(target):
         assert len(session._templates) == 9
 
 
+def test_the_sessions_peak_memory_counts_replayed_results(target):
+    from gpuremote.cupy._core import service_call
+    with connected(target.address) as (cp, _):
+        def peak():
+            return service_call("session.memory_peak", value=True)
+        assert peak() == 0
+        a = cp.zeros(256, dtype=cp.float32)             # 1 KiB
+        kept = []
+        for _ in range(6):
+            kept.append(a + 1)          # full, defining, then 4 replays: the peak grows in the replays
+        view = kept[-1][:10]            # a view takes no memory of its own
+        assert peak() == 7 * 1024
+        del view, kept
+        b = cp.zeros(512, dtype=cp.float32)             # 2 KiB more, 3 KiB held
+        assert peak() == 7 * 1024 and cp.get_default_memory_pool().used_bytes() == 3 * 1024
+        assert gpuremote.stats()["replayed"] >= 4
+        del a, b
+    with connected(target.address) as (cp, _):       # a new session starts from nothing
+        assert service_call("session.memory_peak", value=True) == 0
+
+
 def test_a_replayed_call_fails_at_the_sync_point_with_its_line(target):
     with connected(target.address) as (cp, _):
         mats = [np.eye(3), 2 * np.eye(3), np.zeros((3, 3)), np.eye(3)]

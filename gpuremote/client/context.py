@@ -14,6 +14,7 @@ import threading
 from dataclasses import dataclass
 
 from gpuremote.client.session import Session
+from gpuremote.client.stats import STATS, will_write
 
 
 @dataclass(frozen=True)
@@ -151,9 +152,31 @@ def index_of(ref: DeviceRef) -> int:
     raise ValueError("the device is no longer connected")
 
 
+def _record_peak_memory() -> None:
+    """STATS.peak_memory, for the statistics written at exit: each device's high-water mark of this
+    process's arrays, asked of its daemon (a round trip per device, not counted in the statistics)."""
+    counted = STATS.as_dict()
+    peak = 0
+    for ref in list(_devices):
+        for _ in range(2):  # the first reply may raise the program's own unreported failures instead
+            s = ref.session
+            if s.closed or s.lost is not None:
+                break
+            try:
+                peak = max(peak, int(s.call_value("session.memory_peak", (), {}, ref.remote_index, 0, "")))
+                break
+            except Exception:
+                continue
+    for name, value in counted.items():
+        setattr(STATS, name, value)
+    STATS.peak_memory = max(STATS.peak_memory, peak)
+
+
 @atexit.register
 def _close_at_exit() -> None:
     try:
+        if STATS.ops and will_write():
+            _record_peak_memory()
         disconnect()
     except Exception as exc:  # never turn a clean exit into a traceback
         print(f"gpuremote: closing sessions at exit failed: {exc}", file=sys.stderr)

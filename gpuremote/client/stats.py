@@ -11,7 +11,7 @@ import sys
 
 
 class Stats:
-    __slots__ = ("ops", "replayed", "messages", "round_trips", "bytes_h2d", "bytes_d2h", "blocked_s")
+    __slots__ = ("ops", "replayed", "messages", "round_trips", "bytes_h2d", "bytes_d2h", "blocked_s", "peak_memory")
 
     def __init__(self):
         self.reset()
@@ -24,12 +24,20 @@ class Stats:
         self.bytes_h2d = 0
         self.bytes_d2h = 0
         self.blocked_s = 0.0    # wall time spent blocked on those round trips
+        # The most bytes this process's arrays held at once on one device, asked of the daemons as
+        # the process exits when statistics are written (client/context.py); 0 until then.
+        self.peak_memory = 0
 
     def as_dict(self) -> dict:
         return {name: getattr(self, name) for name in self.__slots__}
 
 
 STATS = Stats()
+
+
+def will_write() -> bool:
+    """Whether statistics are written at exit (GPUREMOTE_STATS_JSON or GPUREMOTE_STATS_DIR is set)."""
+    return bool(os.environ.get("GPUREMOTE_STATS_JSON") or os.environ.get("GPUREMOTE_STATS_DIR"))
 
 
 def _write_at_exit() -> None:

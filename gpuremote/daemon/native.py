@@ -4,7 +4,7 @@ Its API number is the contract: a build of another replay.c (an editable install
 ignored rather than misread. `replay` is None where there is no such build; GPUREMOTE_NATIVE=0 is
 checked by the users (the replay loop per session, the ledger at import)."""
 
-API = 4
+API = 5
 
 try:
     from gpuremote import _replay as replay

@@ -114,6 +114,7 @@ class Session:
         self._handle_owner: dict[int, int] = {}
         self._owners: dict[int, list] = {}      # id(owner) -> [owner, refcount, nbytes, device]
         self.memory_used = [0] * len(backend.props)
+        self.memory_peak = [0] * len(backend.props)    # the most memory_used has been (session.memory_peak)
         self._deferred: list[pb.Error] = []
         self._dropped = 0
         self.streams: dict = {}
@@ -131,7 +132,7 @@ class Session:
         if replay_loop(backend) == "compiled":
             self._compiled = _compiled.replay
             self._compiled_state = (self.handles, self.poisoned, self._handle_owner, self._owners, self.memory,
-                                    self.memory_used, self.flows, self._templates, self._array_type,
+                                    self.memory_used, self.memory_peak, self.flows, self._templates, self._array_type,
                                     limits.max_ops_per_batch, self._max_handles, self._max_rank, ARRAY_KINDS,
                                     None if backend.owner_by_base else backend.owner,
                                     self._check_replay if _STRICT_META else None, backend.xp.asarray)
@@ -195,7 +196,9 @@ class Session:
         if rec is None:
             self.memory[device].charge(nbytes)
             self._owners[key] = [owner, 1, nbytes, device]
-            self.memory_used[device] += nbytes
+            used = self.memory_used[device] = self.memory_used[device] + nbytes
+            if used > self.memory_peak[device]:
+                self.memory_peak[device] = used
         else:
             rec[1] += 1
         table[h] = arr
@@ -853,6 +856,10 @@ class Session:
             return tuple(int(s) for s in arr.strides), bool(arr.flags.c_contiguous), bool(arr.flags.f_contiguous)
         if name in ("cuda.MemoryPool.used_bytes", "cuda.MemoryPool.total_bytes"):
             return self.memory_used[device]
+        if name == "session.memory_peak":           # `gpuremote run --stats`: the most this session held here
+            if args:
+                raise TypeError("session.memory_peak takes no arguments")
+            return self.memory_peak[device]
         if name == "cuda.MemoryPool.free_all_blocks":
             return None  # released arrays are freed at once: there are no cached blocks
         if name == "cuda.Event.record":
