@@ -24,7 +24,7 @@ from numpy.lib.array_utils import normalize_axis_index, normalize_axis_tuple
 from numpy.lib.stride_tricks import as_strided
 
 from gpuremote.memo import Memo
-from gpuremote.surface import PROPERTIES, SURFACE, Entry
+from gpuremote.surface import PROPERTIES, SPECIAL_INPUTS, SURFACE, Entry
 
 Meta = tuple[tuple[int, ...], numpy.dtype]
 MetaOf = Callable[[Any], Any]
@@ -40,6 +40,7 @@ PROBE_RESULT_ELEMENTS = 1 << 22
 _INTP_MAX = numpy.iinfo(numpy.intp).max
 
 _FLOAT64 = numpy.dtype(numpy.float64)
+_FLOAT32 = numpy.dtype(numpy.float32)
 RANDOM_DTYPES = {"randint": numpy.dtype(numpy.int64), "random_integers": numpy.dtype(numpy.int64),
                  "poisson": numpy.dtype(numpy.int64), "binomial": numpy.dtype(numpy.int64),
                  "geometric": numpy.dtype(numpy.int64)}
@@ -541,11 +542,47 @@ def _inplace(entry, args, kwargs, meta_of):
     return []
 
 
+def special_dtype(dtypes) -> numpy.dtype:
+    """Result dtype of a cupyx.scipy.special function of arrays of `dtypes` (scalars do not count):
+    float32 when every one is float32, else float64 (bool, integer and float16 arrays are computed
+    in float64). One rule for every backend: SciPy and CuPy pick their loops differently for small
+    integer and float16 inputs, so the daemon passes this dtype to the function it calls."""
+    out = _FLOAT32 if dtypes else _FLOAT64
+    for dt in dtypes:
+        if dt.kind not in "biuf":
+            raise TypeError(f"cupyx.scipy.special functions take real arrays (bool, integer, float) through "
+                            f"gpuremote, not {dt}")
+        if dt != _FLOAT32:
+            out = _FLOAT64
+    return out
+
+
+def _special(entry, args, kwargs, meta_of):
+    name, nin = entry.attr, SPECIAL_INPUTS[entry.attr]
+    if kwargs:
+        raise TypeError(f"{name}() takes no keyword arguments through gpuremote (got {', '.join(sorted(kwargs))})")
+    if len(args) != nin:
+        raise TypeError(f"{name}() takes {nin} argument{'s' if nin > 1 else ''} ({len(args)} given)")
+    shapes, dtypes = [], []
+    for a in args:
+        m = meta_of(a)
+        if m is None:
+            raise Unknown
+        if m is not NOT_ARRAY:
+            shapes.append(m[0])
+            dtypes.append(m[1])
+        elif isinstance(a, (complex, numpy.complexfloating)) or not isinstance(a, (int, float, numpy.number,
+                                                                                   numpy.bool_)):
+            raise TypeError(f"{name}() takes device arrays and real scalars, not {type(a).__name__}"
+                            + (": convert it with cupy.asarray first" if type(a) in (list, tuple) else ""))
+    return [(numpy.broadcast_shapes(*shapes), special_dtype(dtypes))]
+
+
 _RULES = {
     "elementwise": _elementwise, "reduce": _reduce, "accumulate": _accumulate, "matmul": _matmul,
     "rmatmul": lambda e, a, k, m: _matmul(e, a, k, m, swap=True), "dot": _dot, "view": _view,
     "ravel": _ravel, "astype": _astype, "like": _like, "creation": _creation, "random": _random,
-    "probe": _probe, "self": _inplace,
+    "probe": _probe, "self": _inplace, "special": _special,
 }
 
 

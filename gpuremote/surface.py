@@ -17,6 +17,7 @@ that derives the result's shape and dtype on the client without a round trip:
   dynamic      depends on the data (nonzero, unique, boolean masks): fetched on demand
   none         returns nothing (in-place writes, seeding)
   self         in-place operator: returns its first argument
+  special      cupyx.scipy.special: broadcast of the arguments; float32 for float32 arrays, else float64
   value        returns a host value to the caller (a sync point)
 """
 
@@ -89,6 +90,11 @@ _RANDOM = """rand randn random random_sample ranf sample uniform normal standard
     lognormal laplace logistic chisquare geometric gumbel rayleigh weibull choice"""
 _RANDOM_PROBE = "permutation"
 _RANDOM_NONE = "seed shuffle"
+# cupyx.scipy.special basics: elementwise functions of real arguments, name -> number of inputs. The
+# emulated backend computes them with SciPy, the cupy backend with cupyx (daemon/backends).
+SPECIAL_INPUTS = {n: 1 for n in """erf erfc erfcx erfinv erfcinv gamma gammaln digamma psi expit logit
+    log_expit ndtr ndtri log_ndtr i0 i0e i1 i1e j0 j1 y0 y1 k0 k0e k1 k1e entr expm1 log1p exp2 exp10
+    cbrt""".split()} | {n: 2 for n in "xlogy xlog1py beta betaln rel_entr kl_div huber boxcox boxcox1p".split()}
 
 # ndarray methods and properties: name -> rule.
 _METHODS = {
@@ -146,6 +152,7 @@ def _build() -> dict[str, Entry]:
     add(_RANDOM, "random", "random.")
     add(_RANDOM_PROBE, "probe", "random.")
     add(_RANDOM_NONE, "none", "random.")
+    add(SPECIAL_INPUTS, "special", "scipy.special.")
     for n, rule in _METHODS.items():
         table["ndarray." + n] = Entry("ndarray." + n, rule)
     for op in _OPERATORS_2.split():
@@ -167,7 +174,7 @@ def _build() -> dict[str, Entry]:
 
 
 SURFACE: dict[str, Entry] = _build()
-NAMESPACES = ("linalg.", "fft.", "random.", "ndarray.", "kernel.", "cuda.")
+NAMESPACES = ("linalg.", "fft.", "random.", "ndarray.", "kernel.", "cuda.", "scipy.special.")
 
 
 def lookup(name: str) -> Entry:

@@ -571,6 +571,22 @@ def test_empty_op_and_malformed_calls(target):
     assert_ok(r[13])
 
 
+def test_the_daemon_refuses_bad_special_calls_on_the_wire(target):
+    ops = [call(1, "scipy.special.erf", (np.ones(3, dtype=np.complex128),), results=(5,), reply=True),
+           call(2, "scipy.special.erf", (np.ones(3), np.ones(3)), results=(6,), reply=True),
+           call(3, "scipy.special.xlogy", (np.ones(3),), kwargs={"out": np.ones(3)}, results=(7,), reply=True),
+           call(4, "scipy.special.wrightomega", (np.ones(3),), results=(8,), reply=True),
+           call(5, "scipy.special.gamma", (np.full(4, 0.5),), results=(9,), reply=True)]
+    received, status = raw_session(target.address, [opening(), batch(*ops)])
+    assert status is None
+    r = replies(received)
+    assert "take real arrays" in error_of(r[1]).message
+    assert "takes 1 argument (2 given)" in error_of(r[2]).message
+    assert "no keyword arguments" in error_of(r[3]).message
+    assert "wrightomega" in error_of(r[4]).message
+    assert r[5].WhichOneof("outcome") != "error", r[5]
+
+
 def _nested(depth: int) -> vpb.Value:
     root = v = vpb.Value()
     for _ in range(depth):

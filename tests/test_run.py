@@ -81,13 +81,15 @@ def test_embedded_daemon_is_the_default(tmp_path):
         import cupy, cupy.cuda
         from cupy.cuda import Device
         import cupy.linalg, cupy.fft, cupy.random, cupy.testing, cupyx, cupyx.scipy.special
+        from cupyx.scipy.special import erf
         x = cupy.arange(10)
         cupy.testing.assert_array_equal(x * 2, cupy.asarray(list(range(0, 20, 2))))
-        print(type(x).__module__, cupy.cuda.runtime.getDeviceCount(), int(x.sum()), Device(0).id)
+        print(type(x).__module__, cupy.cuda.runtime.getDeviceCount(), int(x.sum()), Device(0).id,
+              round(float(erf(x[1:2]).sum()), 4), cupyx.scipy.special.expit(x).dtype)
     """)
     got = wrapped([sys.executable, path])
     assert got.returncode == 0, got.stderr
-    assert got.stdout.split() == ["gpuremote.cupy._core", "1", "45", "0"]
+    assert got.stdout.split() == ["gpuremote.cupy._core", "1", "45", "0", "0.8427", "float64"]
 
 
 def test_two_devices_reach_the_granted_devices(tmp_path, daemon):

@@ -18,6 +18,7 @@ import numpy
 from gpuremote.daemon.ledger import Ledger
 from gpuremote.daemon.scheduler import DeviceScheduler
 from gpuremote.errors import OutOfMemoryError
+from gpuremote.meta import special_dtype
 
 
 @dataclasses.dataclass
@@ -60,6 +61,15 @@ class DeviceMemory(Ledger):
         return OutOfMemoryError(
             f"Out of memory allocating {nbytes:,} bytes (allocated so far: {self.used:,} bytes, "
             f"device capacity: {self.capacity:,} bytes).")
+
+
+def special_function(fn: Callable, is_array: Callable[[Any], bool]) -> Callable:
+    """A cupyx.scipy.special function `fn` (SciPy's or CuPy's ufunc), called for the result dtype
+    gpuremote.meta.special_dtype gives: the one the client derived, on every backend."""
+    def call(*args):
+        return fn(*args, dtype=special_dtype([a.dtype for a in args if is_array(a)]))
+    call.__name__ = getattr(fn, "__name__", "special")
+    return call
 
 
 class Backend:

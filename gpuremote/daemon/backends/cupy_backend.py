@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy
 
-from gpuremote.daemon.backends.base import Backend, DeviceProps
+from gpuremote.daemon.backends.base import Backend, DeviceProps, special_function
 
 _RANDOM_ALIASES = {"random": "random_sample", "ranf": "random_sample", "sample": "random_sample"}
 
@@ -73,6 +73,9 @@ class CupyBackend(Backend):
         return self._cupy.empty(shape, dtype)
 
     def resolve(self, name):
+        if name.startswith("scipy.special."):
+            import cupyx.scipy.special
+            return special_function(getattr(cupyx.scipy.special, name.rpartition(".")[2]), self.is_array)
         obj: Any = self._cupy
         for part in name.split("."):
             obj = getattr(obj, part)

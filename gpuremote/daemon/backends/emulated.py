@@ -12,7 +12,7 @@ import time
 
 import numpy
 
-from gpuremote.daemon.backends.base import Backend, DeviceProps
+from gpuremote.daemon.backends.base import Backend, DeviceProps, special_function
 from gpuremote.errors import CUDADeviceRequiredError
 from gpuremote.meta import RANDOM_DTYPES, numpy_callable
 from gpuremote._config import DEFAULTS
@@ -100,6 +100,13 @@ class EmulatedBackend(Backend):
     def resolve(self, name):
         if name == "in1d" and not hasattr(numpy, "in1d"):      # CuPy keeps it; NumPy 2.4 removed it
             return _in1d
+        if name.startswith("scipy.special."):
+            try:
+                import scipy.special
+            except ImportError:
+                raise ImportError(f"cupyx.{name} needs SciPy on the daemon's host: the emulated device computes "
+                                  "cupyx.scipy.special with it (pip install scipy there)") from None
+            return special_function(getattr(scipy.special, name.rpartition(".")[2]), self.is_array)
         return numpy_callable(name)
 
     def record_event(self, device, stream, streams):
