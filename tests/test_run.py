@@ -151,6 +151,48 @@ def test_sigint_kills_like_a_direct_run(tmp_path, daemon):
     assert_daemon_clean(daemon)
 
 
+def test_sigterm_to_the_wrapper_ends_the_command_like_a_direct_run(tmp_path, daemon):
+    # What a process manager does (kill PID): only the wrapper gets the signal; it passes it on.
+    path = script(tmp_path, """
+        import time, cupy
+        x = cupy.ones((256, 256))
+        print("ready", float(x.sum()), flush=True)
+        time.sleep(60)
+    """)
+    proc = subprocess.Popen([*GPUREMOTE, "run", "--daemon", daemon.address, "--", sys.executable, path],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert proc.stdout.readline().split() == ["ready", "65536.0"]
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == -signal.SIGTERM
+    proc.stdout.close()
+    proc.stderr.close()
+    assert_daemon_clean(daemon)
+
+
+def test_the_environments_own_sitecustomize_still_runs(tmp_path, daemon):
+    # gpuremote run's start-up hook shadows sitecustomize; it chains to the one that was there.
+    own = tmp_path / "site"
+    own.mkdir()
+    (own / "sitecustomize.py").write_text("import os\nos.environ['OWN_SITECUSTOMIZE'] = 'ran'\n")
+    path = script(tmp_path, """
+        import os, cupy
+        print(os.environ.get("OWN_SITECUSTOMIZE"), type(cupy.ones(2)).__module__)
+    """)
+    env = dict(os.environ, PYTHONPATH=str(own))
+    env.pop("GPUREMOTE_DAEMON", None)
+    got = subprocess.run([*GPUREMOTE, "run", "--daemon", daemon.address, "--", sys.executable, path],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert got.returncode == 0, got.stderr
+    assert got.stdout.split() == ["ran", "gpuremote.cupy._core"]
+    assert_daemon_clean(daemon)
+
+
 def test_multiprocessing_worker_uses_cupy(tmp_path, daemon):
     path = script(tmp_path, """
         import multiprocessing as mp
