@@ -73,7 +73,8 @@ def _addresses(ctx, param, value):
 @click.option("--filter", "filters", multiple=True, callback=_filters, metavar="FILTER",
               help="Where the pool may place the devices (repeatable, all must hold): host=NAME, "
                    "device.name=TEXT, device.memory>=SIZE, transport=NAME (e.g. rdma).")
-@click.option("--stats", "show_stats", is_flag=True, help="Print a summary at exit: ops, round trips, bytes each way, time blocked, peak device memory.")
+@click.option("--stats", "show_stats", is_flag=True,
+              help="Print a summary at exit: ops, round trips, bytes each way, time blocked, peak device memory.")
 @click.option("--stats-json", type=click.Path(dir_okay=False, writable=True), metavar="FILE",
               help="Write the summary as JSON.")
 @security_options()

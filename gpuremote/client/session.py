@@ -2,9 +2,10 @@
 
 Ops that yield arrays never wait: the client picks result handles itself and queues the op;
 queued ops leave as one stream message when `batch_flush_ops` have gathered (fewer in the first
-batches after a sync point, when the daemon waits for work) or at the next sync point. A sync point (`request`) sends what is queued plus one op that wants a reply and
-blocks for it; errors of earlier asynchronous ops come back with that reply and are raised
-there, naming the op and the application's source line that issued it.
+batches after a sync point, when the daemon waits for work) or at the next sync point. A sync
+point (`request`) sends what is queued plus one op that wants a reply and blocks for it; errors
+of earlier asynchronous ops come back with that reply and are raised there, naming the op and
+the application's source line that issued it.
 
 A call made again at the same source line with arguments of the same kinds (a loop's step)
 becomes a call template the second time (`Call.define_template`); from the third time on it
