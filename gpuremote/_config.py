@@ -52,6 +52,9 @@ class Defaults:
     # and the largest encoded call one may be made of: together they bound what a session keeps.
     max_templates: int = 1024
     max_template_bytes: int = 2048
+    # cupy.random.RandomState objects one session may draw from on one device (each holds a
+    # generator on the daemon for the session's life): far above what a program makes.
+    max_generators: int = 256
     # NumPy allows 64 dimensions; nothing real needs more than 32, and it bounds probe cost.
     max_rank: int = 32
     # Nesting of tuples/lists/dicts in one value; protobuf's own recursion limit is 100.

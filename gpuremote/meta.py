@@ -52,6 +52,10 @@ RANDOM_SIZE_POS = {
     "lognormal": 2, "laplace": 2, "logistic": 2, "gumbel": 2, "randint": 2, "random_integers": 2,
     "binomial": 2, "beta": 2, "gamma": 2,
 }
+# The keyword a cupy.random.RandomState's calls carry on the wire: its generator's id in the session
+# (0, or none: the device's own generator). Not a name any function takes; a dot keeps it out of
+# reach of keyword arguments written in Python.
+RANDOM_GENERATOR = "gpuremote.generator"
 ALWAYS_SEQUENCE = frozenset({"nonzero", "ndarray.nonzero", "split", "array_split", "hsplit", "vsplit",
                              "dsplit", "meshgrid", "broadcast_arrays"})
 LIST_RESULTS = frozenset({"split", "array_split", "hsplit", "vsplit", "dsplit"})
@@ -679,6 +683,8 @@ def derive(entry: Entry, args: tuple, kwargs: dict, meta_of: MetaOf) -> list[Met
         fast = fast_elementwise(entry, args, meta_of)
         if fast is not None:
             return fast
+    if RANDOM_GENERATOR in kwargs and entry.name.startswith("random."):
+        kwargs = without_generator(kwargs)
     rule = _RULES.get(entry.rule)
     if rule is None:
         return [] if entry.rule in ("none", "value") else None
@@ -689,6 +695,11 @@ def derive(entry: Entry, args: tuple, kwargs: dict, meta_of: MetaOf) -> list[Met
         return rule(entry, args, kwargs, meta_of)
     except Unknown:
         return None
+
+
+def without_generator(kwargs: dict) -> dict:
+    """A random call's keyword arguments without the RandomState's generator id."""
+    return {k: v for k, v in kwargs.items() if k != RANDOM_GENERATOR}
 
 
 def nout_of(entry: Entry, args: tuple, kwargs: dict, meta_of: MetaOf) -> int:

@@ -1,10 +1,63 @@
-"""cupy.random, forwarded. Each session has one generator per device on the daemon:
-`seed(s)` makes what follows reproducible within a backend (streams differ between the
-emulated and the cupy backend, as they do between NumPy and CuPy)."""
+"""cupy.random, forwarded. Each session has a generator per device on the daemon, which the
+module's functions draw from: `seed(s)` makes what follows reproducible within a backend (streams
+differ between the emulated and the cupy backend, as they do between NumPy and CuPy).
 
+A RandomState is a generator of its own on the daemon, on the device current when it was made
+(as in CuPy): its calls carry its id (meta.RANDOM_GENERATOR), and it lives as long as the session.
+"""
+
+import itertools
+
+from gpuremote.client import context
 from gpuremote.cupy import _namespace
+from gpuremote.cupy._core import forward
+from gpuremote.meta import RANDOM_GENERATOR
+from gpuremote.surface import SURFACE, module_names
 
-__all__ = _namespace.populate(globals(), "random.")
+__all__ = _namespace.populate(globals(), "random.") + ["RandomState", "get_random_state"]
+
+_generator_ids = itertools.count(1)     # 0 is each device's own generator
+
+
+class RandomState:
+    """cupy.random.RandomState: an independent generator; `RandomState(s)` twice draws the same numbers."""
+
+    def __init__(self, seed=None):
+        self._device = context.current_device_index()
+        self._id = next(_generator_ids)
+        self.seed(seed)
+
+    def _call(self, name: str, args: tuple, kwargs: dict):
+        if RANDOM_GENERATOR in kwargs:
+            raise TypeError(f"{name.rpartition('.')[2]}() got an unexpected keyword argument {RANDOM_GENERATOR!r}")
+        previous = context.current_device_index()
+        context.set_current_device(self._device)
+        try:
+            return forward(name, args, {**kwargs, RANDOM_GENERATOR: self._id}, SURFACE[name])
+        finally:
+            context.set_current_device(previous)
+
+    def __repr__(self) -> str:
+        return f"<gpuremote RandomState {self._id} on device {self._device}>"
+
+
+def _method(name: str):
+    def method(self, *args, **kwargs):
+        return self._call("random." + name, args, kwargs)
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = f"cupy.random.RandomState.{name}, drawn from this generator on the daemon."
+    return method
+
+
+for _name in module_names("random."):
+    setattr(RandomState, _name, _method(_name))
+
+
+def get_random_state() -> RandomState:
+    """The current device's own generator, the one the module's functions and seed() use."""
+    state = RandomState.__new__(RandomState)
+    state._device, state._id = context.current_device_index(), 0
+    return state
 
 
 def __getattr__(attr):

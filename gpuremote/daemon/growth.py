@@ -30,7 +30,7 @@ from typing import Callable
 import numpy
 
 from gpuremote.errors import UnsupportedOperationError
-from gpuremote.meta import NOT_ARRAY, derive, virtual
+from gpuremote.meta import NOT_ARRAY, RANDOM_GENERATOR, derive, virtual, without_generator
 from gpuremote.surface import Entry
 
 # Rules whose results gpuremote.meta derives with an O(1) rule (no NumPy run on real-sized
@@ -62,6 +62,8 @@ def bound(entry: Entry, args: tuple, kwargs: dict, meta_of: Callable, room: int 
     NotImplementedError where nothing can be bounded (histogram with a string `bins`, as in CuPy).
     """
     rule = entry.rule
+    if RANDOM_GENERATOR in kwargs and entry.name.startswith("random."):
+        kwargs = without_generator(kwargs)
     if rule == "elementwise" and room is not None and not kwargs:
         cheap = _elementwise_cheap(args, entry.nout, meta_of)
         if cheap is not None and cheap <= room:

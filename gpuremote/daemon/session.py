@@ -25,7 +25,7 @@ from gpuremote.daemon.backends.base import Backend
 from gpuremote.daemon.scheduler import Hold
 from gpuremote.errors import (LimitExceededError, ProtocolError, UnsupportedOperationError,
                               wire_type_name)
-from gpuremote.meta import NOT_ARRAY, array_method, derive
+from gpuremote.meta import NOT_ARRAY, RANDOM_GENERATOR, array_method, derive, without_generator
 from gpuremote.surface import PROPERTIES, SURFACE, is_service
 from gpuremote.transport import buffers, grpc_chunks
 from gpuremote.wire import pb
@@ -119,7 +119,7 @@ class Session:
         self._dropped = 0
         self.streams: dict = {}
         self._events: dict[int, Any] = {}
-        self._random: dict[int, Any] = {}
+        self._random: dict[tuple[int, int], Any] = {}     # (device, generator id) -> generator
         self._kernels: dict = {}
         self._chunks_taken = False   # whether the current upload op has read its chunks
         self._bulk = None            # bulk-byte adapter of a data-plane connection (daemon/dataplane.py)
@@ -798,7 +798,11 @@ class Session:
         if kind == "function":
             return self._function(name)(*args, **kwargs)
         if kind == "random":
-            rs = self._random_state(op.device)
+            generator = 0
+            if RANDOM_GENERATOR in kwargs:          # a cupy.random.RandomState's call
+                generator = kwargs[RANDOM_GENERATOR]
+                kwargs = without_generator(kwargs)
+            rs = self._random_state(op.device, generator)
             attr = entry.attr
             if attr == "seed":
                 return rs.seed(*args, **kwargs)
@@ -821,10 +825,18 @@ class Session:
             result = arr[(key if isinstance(key, tuple) else (key,)) + (Ellipsis,)]
         return result
 
-    def _random_state(self, device: int):
-        rs = self._random.get(device)
+    def _random_state(self, device: int, generator: int):
+        """The device's generator `generator`: 0 is its own (cupy.random.seed and the module's functions),
+        others are RandomState objects of the client, made at their first call (their seed())."""
+        key = (device, generator)
+        rs = self._random.get(key)
         if rs is None:
-            rs = self._random[device] = self.backend.random_state(None)
+            if type(generator) is not int or not 0 <= generator < 2**31:
+                raise TypeError(f"a RandomState's generator id is an int in [0, 2**31), not {generator!r}")
+            if generator and sum(1 for d, g in self._random if d == device and g) >= DEFAULTS.max_generators:
+                raise LimitExceededError(f"this session draws from {DEFAULTS.max_generators} RandomState objects on "
+                                         f"device {device} already, the limit: reuse one and reseed it with .seed()")
+            rs = self._random[key] = self.backend.random_state(None)
         return rs
 
     def _to_value(self, result):

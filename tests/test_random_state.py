@@ -1,0 +1,117 @@
+"""cupy.random.RandomState through a real daemon: a generator of its own per object (same seed,
+same numbers; independent of the module's stream and of each other, also when a loop replays their
+calls), on the device it was made on; and generator ids a hostile client sends, refused (test_hostile's
+`target` checks the daemon afterwards)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import gpuremote
+from gpuremote._config import DEFAULTS
+from gpuremote.errors import LimitExceededError
+from gpuremote.meta import RANDOM_GENERATOR
+
+from conftest import BACKEND, DaemonProcess, backend_args
+from test_hostile import batch, call, connected, error_of, opening, raw_session, replies, target, victim  # noqa: F401
+
+
+@pytest.fixture(scope="module")
+def two_devices():
+    d = DaemonProcess(*backend_args(devices=2, memory="64MiB"))
+    yield d
+    d.stop()
+
+
+def test_same_seed_same_numbers_and_streams_apart(target):
+    with connected(target.address) as (cp, _):
+        a, b, c = cp.random.RandomState(5), cp.random.RandomState(5), cp.random.RandomState(6)
+        x, y, z = (rs.normal(0, 1, 6).get() for rs in (a, b, c))
+        np.testing.assert_array_equal(x, y)
+        assert not np.allclose(x, z)
+        if BACKEND == "emulated":       # NumPy's RandomState behind it
+            np.testing.assert_array_equal(x, np.random.RandomState(5).normal(0, 1, 6))
+        cp.random.seed(1)
+        first = cp.random.rand(4).get()
+        cp.random.seed(1)
+        a.rand(10)                      # another generator's draws leave the module's stream alone
+        np.testing.assert_array_equal(cp.random.rand(4).get(), first)
+        state = cp.random.get_random_state()    # the device's own generator, the module's
+        state.seed(1)
+        np.testing.assert_array_equal(state.rand(4).get(), first)
+        a.seed(5)                       # reseeding restarts the stream
+        np.testing.assert_array_equal(a.normal(0, 1, 6).get(), x)
+
+
+def test_methods_shapes_and_dtypes(target):
+    with connected(target.address) as (cp, _):
+        rs = cp.random.RandomState(0)
+        cases = [(rs.rand(2, 3), (2, 3), np.float64), (rs.randint(0, 10, (4,)), (4,), np.int64),
+                 (rs.standard_normal((2,), dtype=np.float32), (2,), np.float32),
+                 (rs.uniform(-1, 1, size=5), (5,), np.float64), (rs.permutation(7), (7,), np.int64),
+                 (rs.choice(5, 3), (3,), np.int64), (rs.poisson(2.0, 6), (6,), np.int64)]
+        for got, shape, dtype in cases:
+            assert (got.shape, got.dtype) == (shape, np.dtype(dtype))
+            value = got.get()
+            assert (value.shape, value.dtype) == (shape, np.dtype(dtype))
+        assert sorted(rs.permutation(7).get().tolist()) == list(range(7))
+        x = cp.arange(6)
+        rs.shuffle(x)
+        assert sorted(x.get().tolist()) == list(range(6))
+
+
+def test_a_loop_over_generators_replays_each_its_own(target):
+    with connected(target.address) as (cp, _):
+        states = [cp.random.RandomState(7), cp.random.RandomState(7), cp.random.RandomState(8)]
+        before = gpuremote.stats()["replayed"]
+        draws = [[], [], []]
+        for _ in range(5):
+            for i, rs in enumerate(states):
+                draws[i].append(rs.uniform(size=3))        # one site, three generators
+        assert gpuremote.stats()["replayed"] > before
+        values = [np.concatenate([d.get() for d in ds]) for ds in draws]
+        np.testing.assert_array_equal(values[0], values[1])
+        assert not np.allclose(values[0], values[2])
+        if BACKEND == "emulated":
+            np.testing.assert_array_equal(values[2], np.random.RandomState(8).uniform(size=15))
+
+
+def test_a_random_state_stays_on_its_device(two_devices):
+    with connected(two_devices.address) as (cp, _):
+        with cp.cuda.Device(1):
+            rs = cp.random.RandomState(3)
+        x = rs.normal(size=4)               # device 0 is current here
+        assert x.device == cp.cuda.Device(1)
+        with cp.cuda.Device(1):
+            np.testing.assert_array_equal(cp.random.RandomState(3).normal(size=4).get(), x.get())
+
+
+def test_the_generator_keyword_is_not_an_argument(target):
+    with connected(target.address) as (cp, _):
+        with pytest.raises(TypeError, match="unexpected keyword argument"):
+            cp.random.RandomState(1).normal(size=2, **{RANDOM_GENERATOR: 3})
+
+
+def test_too_many_generators_are_refused_and_the_session_goes_on(target):
+    with connected(target.address) as (cp, _):
+        states = [cp.random.RandomState(i) for i in range(DEFAULTS.max_generators)]
+        float(states[-1].rand(1).sum())
+        extra = cp.random.RandomState(1)
+        with pytest.raises(LimitExceededError, match="reuse one and reseed it"):
+            float(extra.rand(1).sum())
+        assert float(states[0].rand(1).sum()) >= 0.0        # the others still draw
+
+
+@pytest.mark.parametrize("generator,message", [
+    ("x", "generator id is an int"), (-1, "generator id is an int"), (2**40, "generator id is an int"),
+    (1.5, "generator id is an int"), (True, "generator id is an int"),
+])
+def test_hostile_generator_ids(target, generator, message):
+    ops = [call(1, "random.rand", (3,), kwargs={RANDOM_GENERATOR: generator}, results=(5,), reply=True),
+           call(2, "random.rand", (3,), kwargs={RANDOM_GENERATOR: 7}, results=(6,), reply=True)]
+    received, status = raw_session(target.address, [opening(), batch(*ops)])
+    assert status is None
+    r = replies(received)
+    assert message in error_of(r[1]).message
+    assert r[2].WhichOneof("outcome") != "error", r[2]
