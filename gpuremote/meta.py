@@ -24,7 +24,7 @@ from numpy.lib.array_utils import normalize_axis_index, normalize_axis_tuple
 from numpy.lib.stride_tricks import as_strided
 
 from gpuremote.memo import Memo
-from gpuremote.surface import PROPERTIES, SPECIAL_INPUTS, SURFACE, Entry
+from gpuremote.surface import GENERATOR_METHODS, PROPERTIES, SPECIAL_INPUTS, SURFACE, Entry
 
 Meta = tuple[tuple[int, ...], numpy.dtype]
 MetaOf = Callable[[Any], Any]
@@ -495,6 +495,24 @@ def _random(entry, args, kwargs, meta_of):
     return [(shape, dtype)]
 
 
+def _generator(entry, args, kwargs, meta_of):
+    """A cupy.random.Generator method: the shape of `size`, else of its parameters broadcast."""
+    size_pos, dtype_pos, default = GENERATOR_METHODS[entry.attr]
+    if "out" in kwargs:
+        raise TypeError(f"{entry.attr}(): out= is not supported through gpuremote: use the result")
+    if dtype_pos is None and "dtype" in kwargs:
+        raise TypeError(f"{entry.attr}() got an unexpected keyword argument 'dtype'")
+    size = args[size_pos] if len(args) > size_pos else kwargs.get("size")
+    dtype = args[dtype_pos] if dtype_pos is not None and len(args) > dtype_pos else kwargs.get("dtype", default)
+    dtype = numpy.dtype(dtype)
+    if dtype.kind not in ("i" if default == "int64" else "f"):
+        raise TypeError(f"{entry.attr}() returns {'integers' if default == 'int64' else 'floats'}, not {dtype}")
+    if size is None:
+        params = list(args[:size_pos]) + [v for k, v in kwargs.items() if k not in ("size", "dtype", "endpoint")]
+        return [(numpy.broadcast_shapes(*(_param_shape(p, meta_of) for p in params)), dtype)]
+    return [(normalize_shape(size, dtype.itemsize), dtype)]
+
+
 def _probe(entry, args, kwargs, meta_of):
     seen = []
 
@@ -586,7 +604,7 @@ _RULES = {
     "elementwise": _elementwise, "reduce": _reduce, "accumulate": _accumulate, "matmul": _matmul,
     "rmatmul": lambda e, a, k, m: _matmul(e, a, k, m, swap=True), "dot": _dot, "view": _view,
     "ravel": _ravel, "astype": _astype, "like": _like, "creation": _creation, "random": _random,
-    "probe": _probe, "self": _inplace, "special": _special,
+    "probe": _probe, "self": _inplace, "special": _special, "generator": _generator,
 }
 
 

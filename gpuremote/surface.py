@@ -18,6 +18,7 @@ that derives the result's shape and dtype on the client without a round trip:
   none         returns nothing (in-place writes, seeding)
   self         in-place operator: returns its first argument
   special      cupyx.scipy.special: broadcast of the arguments; float32 for float32 arrays, else float64
+  generator    a cupy.random.Generator method: shape from `size`, dtype from `dtype` (GENERATOR_METHODS)
   value        returns a host value to the caller (a sync point)
 """
 
@@ -90,6 +91,14 @@ _RANDOM = """rand randn random random_sample ranf sample uniform normal standard
     lognormal laplace logistic chisquare geometric gumbel rayleigh weibull choice"""
 _RANDOM_PROBE = "permutation"
 _RANDOM_NONE = "seed shuffle"
+# cupy.random.Generator (default_rng) methods, those CuPy's Generator has: name -> (position of
+# `size`, position of `dtype` or None where it takes none, the result's default dtype). Forwarded
+# as "random.Generator.<name>"; "random.default_rng" makes one.
+GENERATOR_METHODS = {
+    "random": (0, 1, "float64"), "standard_normal": (0, 1, "float64"), "standard_exponential": (0, 1, "float64"),
+    "integers": (2, 3, "int64"), "beta": (2, 3, "float64"), "standard_gamma": (1, 2, "float64"),
+    "exponential": (1, None, "float64"), "gamma": (2, None, "float64"), "poisson": (1, None, "int64"),
+}
 # cupyx.scipy.special basics: elementwise functions of real arguments, name -> number of inputs. The
 # emulated backend computes them with SciPy, the cupy backend with cupyx (daemon/backends).
 SPECIAL_INPUTS = {n: 1 for n in """erf erfc erfcx erfinv erfcinv gamma gammaln digamma psi expit logit
@@ -153,6 +162,8 @@ def _build() -> dict[str, Entry]:
     add(_RANDOM_PROBE, "probe", "random.")
     add(_RANDOM_NONE, "none", "random.")
     add(SPECIAL_INPUTS, "special", "scipy.special.")
+    add(GENERATOR_METHODS, "generator", "random.Generator.")
+    add("default_rng", "none", "random.")
     for n, rule in _METHODS.items():
         table["ndarray." + n] = Entry("ndarray." + n, rule)
     for op in _OPERATORS_2.split():

@@ -1,7 +1,8 @@
-"""cupy.random.RandomState through a real daemon: a generator of its own per object (same seed,
-same numbers; independent of the module's stream and of each other, also when a loop replays their
-calls), on the device it was made on; and generator ids a hostile client sends, refused (test_hostile's
-`target` checks the daemon afterwards)."""
+"""cupy.random.RandomState and cupy.random.default_rng's Generator through a real daemon: a
+generator of its own per object (same seed, same numbers; independent of the module's stream and of
+each other, also when a loop replays their calls), on the device it was made on; and generator ids,
+seeds and arguments a hostile client sends, refused (test_hostile's `target` checks the daemon
+afterwards)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import gpuremote
 from gpuremote._config import DEFAULTS
 from gpuremote.errors import LimitExceededError
 from gpuremote.meta import RANDOM_GENERATOR
+from gpuremote.surface import GENERATOR_METHODS
 
 from conftest import BACKEND, DaemonProcess, backend_args
 from test_hostile import batch, call, connected, error_of, opening, raw_session, replies, target, victim  # noqa: F401
@@ -115,3 +117,93 @@ def test_hostile_generator_ids(target, generator, message):
     r = replies(received)
     assert message in error_of(r[1]).message
     assert r[2].WhichOneof("outcome") != "error", r[2]
+
+
+# -- default_rng ---------------------------------------------------------------------------------
+
+GENERATOR_CALLS = [("random", (3,), (3,), np.float64), ("random", ((2, 2), np.float32), (2, 2), np.float32),
+                   ("standard_normal", ((2,), np.float32), (2,), np.float32),
+                   ("standard_exponential", (4,), (4,), np.float64), ("integers", (0, 9, 4), (4,), np.int64),
+                   ("integers", (9,), (), np.int64), ("integers", (5, 10, (3,), np.int32), (3,), np.int32),
+                   ("beta", (2.0, 3.0, 3, np.float32), (3,), np.float32), ("standard_gamma", (2.0, 3), (3,), np.float64),
+                   ("exponential", (2.0, 3), (3,), np.float64), ("gamma", (2.0, 1.0, (2, 2)), (2, 2), np.float64),
+                   ("poisson", (4.0, 5), (5,), np.int64)]
+
+
+def test_every_generator_method_is_exercised():
+    assert {name for name, *_ in GENERATOR_CALLS} == set(GENERATOR_METHODS)
+
+
+@pytest.mark.parametrize("name,args,shape,dtype", GENERATOR_CALLS)
+def test_generator_methods_shapes_and_dtypes(target, name, args, shape, dtype):
+    with connected(target.address) as (cp, _):
+        got = getattr(cp.random.default_rng(3), name)(*args)
+        assert (got.shape, got.dtype) == (shape, np.dtype(dtype))          # derived on the client
+        value = got.get()
+        assert (value.shape, value.dtype) == (shape, np.dtype(dtype))      # made on the daemon
+        if BACKEND == "emulated":       # NumPy's Generator behind it, cast where NumPy takes no dtype
+            native = name in ("random", "standard_normal", "standard_exponential", "standard_gamma", "integers")
+            want = getattr(np.random.default_rng(3), name)(*[a for a in args if native or not isinstance(a, type)])
+            np.testing.assert_allclose(value, np.asarray(want).astype(dtype), rtol=1e-6)
+
+
+def test_generators_same_seed_same_numbers_and_parameters_broadcast(target):
+    with connected(target.address) as (cp, _):
+        g, h, k = cp.random.default_rng(42), cp.random.default_rng(42), cp.random.default_rng(43)
+        x, y, z = (r.random(5).get() for r in (g, h, k))
+        np.testing.assert_array_equal(x, y)
+        assert not np.allclose(x, z)
+        assert cp.random.default_rng(g) is g
+        lam = cp.asarray([1.0, 5.0, 50.0])
+        assert g.poisson(lam).shape == (3,) and g.poisson(lam).get().shape == (3,)
+        draws, pair = [[], []], (cp.random.default_rng(7), cp.random.default_rng(7))
+        before = gpuremote.stats()["replayed"]
+        for _ in range(4):
+            for i, r in enumerate(pair):
+                draws[i].append(r.standard_normal(3))       # one site, two generators
+        assert gpuremote.stats()["replayed"] > before
+        np.testing.assert_array_equal(*[np.concatenate([d.get() for d in ds]) for ds in draws])
+
+
+@pytest.mark.parametrize("bad,error,message", [
+    (lambda cp, g: cp.random.default_rng(1.5), TypeError, "non-negative int or None"),
+    (lambda cp, g: cp.random.default_rng(-3), TypeError, "non-negative int or None"),
+    (lambda cp, g: cp.random.default_rng([1, 2]), TypeError, "not list"),
+    (lambda cp, g: g.random(3, out=None), TypeError, "out= is not supported"),
+    (lambda cp, g: g.random(3, np.int32), TypeError, "returns floats, not int32"),
+    (lambda cp, g: g.integers(0, 5, 3, np.float32), TypeError, "returns integers, not float32"),
+    (lambda cp, g: g.exponential(1.0, 3, dtype=np.float32), TypeError, "unexpected keyword argument 'dtype'"),
+    (lambda cp, g: g.normal(0, 1, 3), AttributeError, "normal"),
+])
+def test_bad_generator_calls_raise_at_the_call(target, bad, error, message):
+    with connected(target.address) as (cp, _):
+        g = cp.random.default_rng(0)
+        with pytest.raises(error, match=message):
+            bad(cp, g)
+        assert g.random(2).get().shape == (2,)          # the generator and the session go on
+
+
+@pytest.mark.parametrize("op,message", [
+    (call(1, "random.Generator.random", (3,), kwargs={RANDOM_GENERATOR: 99}, results=(5,), reply=True),
+     "no Generator 99"),
+    (call(1, "random.Generator.random", (3,), results=(5,), reply=True), "no Generator 0"),
+    (call(1, "random.default_rng", ("seed",), kwargs={RANDOM_GENERATOR: 4}, reply=True), "non-negative int or None"),
+    (call(1, "random.default_rng", (1, 2), kwargs={RANDOM_GENERATOR: 4}, reply=True), "one argument, the seed"),
+    (call(1, "random.default_rng", (1,), kwargs={RANDOM_GENERATOR: 0}, reply=True), "Generator's id is an int"),
+    (call(1, "random.default_rng", (1,), kwargs={RANDOM_GENERATOR: "x"}, reply=True), "Generator's id is an int"),
+    (call(1, "random.Generator.random", (3,), kwargs={RANDOM_GENERATOR: 4, "out": 1}, results=(5,), reply=True),
+     "out= is not supported"),
+])
+def test_hostile_generator_calls(target, op, message):
+    received, status = raw_session(target.address, [opening(), batch(op)])
+    assert status is None
+    assert message in error_of(replies(received)[1]).message
+
+
+def test_too_many_generators_from_default_rng_are_refused(target):
+    with connected(target.address) as (cp, _):
+        gens = [cp.random.default_rng(i) for i in range(DEFAULTS.max_generators)]
+        float(gens[-1].random(1).sum())
+        with pytest.raises(LimitExceededError, match="reuse one"):
+            float(cp.random.default_rng(1).random(1).sum())
+        assert float(gens[0].random(1).sum()) >= 0.0

@@ -37,7 +37,7 @@ from gpuremote.surface import Entry
 # stand-ins): the bound is exactly the results' size. `creation` probes NumPy when an argument is
 # a device array (full(shape, fill_value=x) would build the whole result): handled apart.
 _DERIVED = frozenset({"elementwise", "matmul", "rmatmul", "dot", "astype", "like", "creation", "random",
-                      "special"})
+                      "special", "generator"})
 _NOTHING = frozenset({"none", "self", "value"})     # in place or host values: no new arrays
 _INDEX = 8                                          # intp
 _MAX_VALUES = 4096      # value arguments (shapes, reps, axes) longer than this are no shape NumPy takes

@@ -119,7 +119,8 @@ class Session:
         self._dropped = 0
         self.streams: dict = {}
         self._events: dict[int, Any] = {}
-        self._random: dict[tuple[int, int], Any] = {}     # (device, generator id) -> generator
+        self._random: dict[tuple[int, int], Any] = {}     # (device, generator id) -> RandomState
+        self._generators: dict[tuple[int, int], Any] = {}     # (device, generator id) -> Generator
         self._kernels: dict = {}
         self._chunks_taken = False   # whether the current upload op has read its chunks
         self._bulk = None            # bulk-byte adapter of a data-plane connection (daemon/dataplane.py)
@@ -802,7 +803,16 @@ class Session:
             if RANDOM_GENERATOR in kwargs:          # a cupy.random.RandomState's call
                 generator = kwargs[RANDOM_GENERATOR]
                 kwargs = without_generator(kwargs)
-            rs = self._random_state(op.device, generator)
+            if name == "random.default_rng":         # (re)make generator `generator` as a Generator
+                self._generators[(op.device, generator)] = self._new_generator(op.device, generator, args, kwargs)
+                return None
+            if name.startswith("random.Generator."):
+                rs = self._generators.get((op.device, generator))
+                if rs is None:
+                    raise ValueError(f"this session has no Generator {generator!r} on device {op.device}: "
+                                     "make one with cupy.random.default_rng()")
+            else:
+                rs = self._random_state(op.device, generator)
             attr = entry.attr
             if attr == "seed":
                 return rs.seed(*args, **kwargs)
@@ -824,6 +834,20 @@ class Session:
             # CuPy returns a 0-d view for an integer index; NumPy a scalar copy. Keep CuPy's view.
             result = arr[(key if isinstance(key, tuple) else (key,)) + (Ellipsis,)]
         return result
+
+    def _new_generator(self, device: int, generator: int, args: tuple, kwargs: dict):
+        if kwargs or len(args) > 1:
+            raise TypeError("default_rng takes one argument, the seed")
+        seed = args[0] if args else None
+        if type(generator) is not int or not 0 < generator < 2**31:
+            raise TypeError(f"a Generator's id is an int in [1, 2**31), not {generator!r}")
+        if seed is not None and (type(seed) is not int or seed < 0):
+            raise TypeError(f"default_rng(seed): a non-negative int or None through gpuremote, not {seed!r}")
+        if (device, generator) not in self._generators and \
+                sum(1 for d, _ in self._generators if d == device) >= DEFAULTS.max_generators:
+            raise LimitExceededError(f"this session draws from {DEFAULTS.max_generators} Generators on device "
+                                     f"{device} already, the limit: reuse one")
+        return self.backend.generator(seed)
 
     def _random_state(self, device: int, generator: int):
         """The device's generator `generator`: 0 is its own (cupy.random.seed and the module's functions),

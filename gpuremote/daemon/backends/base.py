@@ -155,6 +155,10 @@ class Backend:
     def random_state(self, seed: int | None) -> Any:
         raise NotImplementedError
 
+    def generator(self, seed: int | None) -> Any:
+        """A cupy.random.Generator (default_rng) with the methods of surface.GENERATOR_METHODS."""
+        raise NotImplementedError
+
     def kernel(self, kind: str, spec: dict) -> Callable:
         """A compiled kernel callable (cached by the caller)."""
         raise NotImplementedError

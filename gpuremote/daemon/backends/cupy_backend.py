@@ -159,6 +159,9 @@ class CupyBackend(Backend):
     def random_state(self, seed):
         return CupyRandom(self._cupy, seed)
 
+    def generator(self, seed):
+        return self._cupy.random.default_rng(seed)
+
     def kernel(self, kind, spec):
         cp = self._cupy
         if kind == "raw":

@@ -15,6 +15,7 @@ import numpy
 from gpuremote.daemon.backends.base import Backend, DeviceProps, special_function
 from gpuremote.errors import CUDADeviceRequiredError
 from gpuremote.meta import RANDOM_DTYPES, numpy_callable
+from gpuremote.surface import GENERATOR_METHODS
 from gpuremote._config import DEFAULTS
 
 
@@ -51,6 +52,30 @@ class EmulatedRandom:
 
     def shuffle(self, x):
         self._rs.shuffle(x)
+
+
+class EmulatedGenerator:
+    """cupy.random.Generator's methods over NumPy's Generator (PCG64 rather than CuPy's XORWOW),
+    with the `dtype` arguments some NumPy methods lack (the result is cast)."""
+
+    _NUMPY_TAKES_DTYPE = frozenset({"random", "standard_normal", "standard_exponential", "standard_gamma",
+                                    "integers"})
+
+    def __init__(self, seed):
+        self._g = numpy.random.default_rng(seed)
+
+    def __getattr__(self, name):
+        if name not in GENERATOR_METHODS:
+            raise AttributeError(f"cupy.random.Generator has no method {name!r} through gpuremote")
+        fn, (_, dtype_pos, default) = getattr(self._g, name), GENERATOR_METHODS[name]
+        if name in self._NUMPY_TAKES_DTYPE:
+            return lambda *args, **kwargs: numpy.asarray(fn(*args, **kwargs))
+
+        def call(*args, dtype=None, **kwargs):
+            if dtype_pos is not None and len(args) > dtype_pos:
+                args, dtype = args[:dtype_pos], args[dtype_pos]
+            return numpy.asarray(fn(*args, **kwargs)).astype(dtype or default, copy=False)
+        return call
 
 
 def _in1d(ar1, ar2, assume_unique=False, invert=False, *, kind=None):
@@ -117,6 +142,9 @@ class EmulatedBackend(Backend):
 
     def random_state(self, seed):
         return EmulatedRandom(seed)
+
+    def generator(self, seed):
+        return EmulatedGenerator(seed)
 
     def kernel(self, kind, spec):
         raise CUDADeviceRequiredError(
