@@ -76,3 +76,34 @@ def test_the_first_batches_after_a_sync_point_are_small(cp):
         assert gpuremote.stats()["messages"] == before + 1, size
         expected += 4 * size
     assert float(y.sum().get()) == expected
+
+
+def test_fuse_runs_the_function_unfused(cp):
+    x, y = cp.arange(6.0), cp.full(6, 2.0)
+
+    def body(a, b):
+        return cp.sqrt(a * b) + 1
+
+    for fused in (cp.fuse(body), cp.fuse()(body), cp.fuse(kernel_name="k")(body)):
+        assert fused.__name__ == "body"
+        np.testing.assert_allclose(fused(x, y).get(), np.sqrt(np.arange(6.0) * 2) + 1)
+    with pytest.raises(TypeError, match="keyword arguments only"):
+        cp.fuse("k")
+
+
+def test_pinned_pool_and_allocators(cp):
+    import gpuremote.cupyx as cupyx
+    pool = cp.get_default_pinned_memory_pool()
+    buffers = [cupyx.empty_pinned((1000,), dtype=np.float32) for _ in range(3)]
+    del buffers
+    assert pool.n_free_blocks() >= 1
+    pool.free_all_blocks()
+    assert pool.n_free_blocks() == 0
+    kept = cupyx.zeros_pinned((10,))                 # the pool still hands out buffers
+    assert kept.sum() == 0
+    cp.cuda.set_allocator(None)                      # no pool: what the daemon does anyway
+    cp.cuda.set_pinned_memory_allocator(None)
+    with pytest.raises(NotImplementedError, match="daemon"):
+        cp.cuda.set_allocator(lambda size: None)
+    with pytest.raises(NotImplementedError, match="shared-memory segments"):
+        cp.cuda.set_pinned_memory_allocator(lambda size: None)

@@ -133,4 +133,22 @@ def __getattr__(attr):
 
 
 from gpuremote.cupy import cuda, fft, linalg, random  # noqa: E402,F401  (after the names they use)
-from gpuremote.cupy.cuda.memory import get_default_memory_pool  # noqa: E402,F401
+from gpuremote.cupy.cuda.memory import get_default_memory_pool, get_default_pinned_memory_pool  # noqa: E402,F401
+
+
+def fuse(*args, **kwargs):
+    """cupy.fuse, as `@fuse`, `@fuse()` or `@fuse(kernel_name=...)`: the function runs as written, its
+    operations forwarded one by one as any others (the daemon does not fuse them into one kernel), so
+    the results are those of the unfused function, which are CuPy's."""
+    def decorate(function):
+        import functools
+
+        @functools.wraps(function)
+        def fused(*a, **kw):
+            return function(*a, **kw)
+        return fused
+    if len(args) == 1 and callable(args[0]) and not kwargs:
+        return decorate(args[0])
+    if args:
+        raise TypeError("fuse() takes keyword arguments only (kernel_name), or the function to decorate")
+    return decorate

@@ -170,6 +170,19 @@ class BufferPool:
             self._classes.clear()
             self._held = 0
 
+    def free_segments(self) -> int:
+        """How many segments wait free for reuse."""
+        with self._lock:
+            return sum(1 for lst in self._classes.values() for seg in lst if seg.free())
+
+    def drop_free(self) -> None:
+        """Let go of the free segments (in-use ones stay, and are reused when freed)."""
+        with self._lock:
+            for lst in self._classes.values():
+                for seg in [s for s in lst if s.free()]:
+                    lst.remove(seg)
+                    self._held -= seg.size
+
 
 _pools: dict[str, BufferPool] = {}
 _pools_lock = threading.Lock()

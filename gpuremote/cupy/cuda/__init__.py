@@ -9,7 +9,8 @@ from __future__ import annotations
 from gpuremote.cupy.cuda import memory, runtime  # noqa: F401
 from gpuremote.cupy.cuda._device import Device, get_device_id  # noqa: F401
 from gpuremote.cupy.cuda._stream import Event, Stream, get_current_stream, get_elapsed_time  # noqa: F401
-from gpuremote.cupy.cuda.memory import MemoryPointer, MemoryPool, OutOfMemoryError  # noqa: F401
+from gpuremote.cupy.cuda.memory import (MemoryPointer, MemoryPool, OutOfMemoryError, PinnedMemoryPool,  # noqa: F401
+                                         set_allocator, set_pinned_memory_allocator)
 
 
 def is_available() -> bool:

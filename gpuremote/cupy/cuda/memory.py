@@ -48,6 +48,42 @@ def get_default_memory_pool() -> MemoryPool:
     return _DEFAULT
 
 
+class PinnedMemoryPool:
+    """The pool of pinned host buffers (cupyx.empty_pinned, alloc_pinned_memory): shared segments,
+    reused once their arrays are dropped."""
+
+    def n_free_blocks(self) -> int:
+        from gpuremote.transport.buffers import pool
+        return pool("pinned").free_segments()
+
+    def free_all_blocks(self) -> None:
+        from gpuremote.transport.buffers import pool
+        pool("pinned").drop_free()
+
+
+_DEFAULT_PINNED = PinnedMemoryPool()
+
+
+def get_default_pinned_memory_pool() -> PinnedMemoryPool:
+    return _DEFAULT_PINNED
+
+
+def set_allocator(allocator=None) -> None:
+    """None (allocate and free directly, no pool) is what the daemon does already: accepted. Any
+    other allocator would have to run where the memory is, on the daemon's host: refused."""
+    if allocator is not None:
+        raise NotImplementedError("a custom device allocator cannot run on a gpuremote device: the daemon "
+                                  "allocates (and frees at once, without a pool); set_allocator(None) is accepted")
+
+
+def set_pinned_memory_allocator(allocator=None) -> None:
+    """None (no pinned pool) is accepted: pinned buffers are then still shared segments, still reused.
+    Any other allocator: refused, as the daemon maps these buffers itself."""
+    if allocator is not None:
+        raise NotImplementedError("a custom pinned-memory allocator cannot be used: gpuremote's pinned buffers are "
+                                  "shared-memory segments the daemon maps; set_pinned_memory_allocator(None) is accepted")
+
+
 # -- device addresses ------------------------------------------------------------------------
 # A remote array has no address in this process. `ndarray.data` gives each C-contiguous array a
 # virtual one on first use, in a range no host pointer can take on 64-bit Linux (above any user
