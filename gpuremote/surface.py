@@ -117,6 +117,10 @@ _METHODS = {
     "nonzero": "dynamic", "sort": "none", "fill": "none", "put": "none", "__setitem__": "none",
     "__getitem__": "view", "T": "view", "real": "view", "imag": "view", "searchsorted": "probe",
 }
+# Binary ufuncs whose methods are forwarded as "<ufunc>.reduce", ".accumulate", ".outer" and ".at"
+# (cupy.add.at(x, idx, v) is a scatter-add, in place).
+UFUNC_METHODS = """add subtract multiply maximum minimum logical_and logical_or bitwise_and bitwise_or
+    bitwise_xor""".split()
 _OPERATORS_2 = """add sub mul truediv floordiv mod pow matmul and or xor lshift rshift
     eq ne lt le gt ge divmod"""
 _OPERATORS_1 = "neg pos abs invert"
@@ -161,6 +165,11 @@ def _build() -> dict[str, Entry]:
     add(_RANDOM, "random", "random.")
     add(_RANDOM_PROBE, "probe", "random.")
     add(_RANDOM_NONE, "none", "random.")
+    for u in UFUNC_METHODS:
+        table[f"{u}.reduce"] = Entry(f"{u}.reduce", "reduce")
+        table[f"{u}.accumulate"] = Entry(f"{u}.accumulate", "accumulate")
+        table[f"{u}.outer"] = Entry(f"{u}.outer", "probe")
+        table[f"{u}.at"] = Entry(f"{u}.at", "none", 0)
     add(SPECIAL_INPUTS, "special", "scipy.special.")
     add(GENERATOR_METHODS, "generator", "random.Generator.")
     add("default_rng", "none", "random.")
@@ -203,6 +212,6 @@ def module_names(prefix: str = "") -> list[str]:
         if prefix:
             if name.startswith(prefix) and "." not in name[len(prefix):]:
                 out.append(name[len(prefix):])
-        elif not name.startswith(NAMESPACES):
+        elif not name.startswith(NAMESPACES) and "." not in name:     # not a ufunc's method
             out.append(name)
     return out

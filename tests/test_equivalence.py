@@ -669,6 +669,48 @@ def test_reduce_extra(cp, body, kw):
     check(body, cp, **kw)
 
 
+def _at(method, shape, index, value):
+    """`method.at` on a fresh array, which the body returns (an in-place op's result is its array);
+    a list `value` goes to the device as an array."""
+    def body(xp, rng):
+        a = arr(xp, rng, shape)
+        getattr(xp, method).at(a, xp.asarray(index), xp.asarray(value) if type(value) is list else value)
+        return a
+    return body
+
+
+UFUNC_METHOD_CASES = {
+    "add.reduce": lambda xp, rng: xp.add.reduce(arr(xp, rng, (3, 4))),
+    "add.reduce-axis1-keepdims": lambda xp, rng: xp.add.reduce(arr(xp, rng, (3, 4)), axis=1, keepdims=True),
+    "add.reduce-dtype": lambda xp, rng: xp.add.reduce(arr(xp, rng, (3, 4), I32), dtype=np.float32),
+    "multiply.reduce-int": lambda xp, rng: xp.multiply.reduce(arr(xp, rng, (3, 4), I32, low=-2, high=2), axis=1),
+    "maximum.reduce-all": lambda xp, rng: xp.maximum.reduce(arr(xp, rng, (3, 4)), axis=None),
+    "logical_or.reduce": lambda xp, rng: xp.logical_or.reduce(arr(xp, rng, (3, 4), B)),
+    "bitwise_xor.reduce": lambda xp, rng: xp.bitwise_xor.reduce(arr(xp, rng, (5,), I32, low=0, high=50)),
+    "add.accumulate": lambda xp, rng: xp.add.accumulate(arr(xp, rng, (3, 4))),
+    "minimum.accumulate-axis1": lambda xp, rng: xp.minimum.accumulate(arr(xp, rng, (3, 4)), axis=1),
+    "subtract.outer": lambda xp, rng: xp.subtract.outer(arr(xp, rng, (3,)), arr(xp, rng, (2, 2))),
+    "multiply.outer-int": lambda xp, rng: xp.multiply.outer(arr(xp, rng, (4,), I32), arr(xp, rng, (3,), I64)),
+    "add.at": _at("add", (5,), [0, 1, 1, 3], 2.0),
+    "add.at-array": _at("add", (5,), [4, 4, 0], [1.0, 2.0, 3.0]),
+    "subtract.at-2d": _at("subtract", (3, 2), [2, 0, 2], 1.5),
+    "maximum.at": _at("maximum", (4,), [1, 1, 2], 10.0),
+    "minimum.at": _at("minimum", (4,), [0, 3, 3], -10.0),
+}
+
+
+@pytest.mark.parametrize("body,kw", params(UFUNC_METHOD_CASES))
+def test_ufunc_methods(cp, body, kw):
+    check(body, cp, **kw)
+
+
+def test_ufunc_method_errors(cp):
+    check_raises(lambda xp, rng: xp.add.reduce(arr(xp, rng, (3, 4)), axis=3), cp, np.exceptions.AxisError)
+    check_raises(_at("add", (3,), [5], 1.0), cp, IndexError)
+    with pytest.raises(TypeError, match="writes into a device array, not numpy.ndarray"):
+        cp.add.at(np.zeros(3), [0], 1.0)
+
+
 def test_reduce_out(cp):
     def body(xp, rng):
         a = arr(xp, rng, (3, 4))

@@ -107,3 +107,14 @@ def test_pinned_pool_and_allocators(cp):
         cp.cuda.set_allocator(lambda size: None)
     with pytest.raises(NotImplementedError, match="shared-memory segments"):
         cp.cuda.set_pinned_memory_allocator(lambda size: None)
+
+
+def test_cupyx_scatter_functions(cp):
+    import gpuremote.cupyx as cupyx
+    a, b, c = cp.zeros(4), cp.full(4, 5.0), cp.full(4, 5.0)
+    index = cp.asarray([1, 1, 3])
+    cupyx.scatter_add(a, index, 2.0)
+    cupyx.scatter_max(b, index, cp.asarray([1.0, 9.0, 7.0]))
+    cupyx.scatter_min(c, index, cp.asarray([1.0, 9.0, 7.0]))
+    assert (a.get().tolist(), b.get().tolist(), c.get().tolist()) == \
+        ([0.0, 4.0, 0.0, 2.0], [5.0, 9.0, 5.0, 7.0], [5.0, 1.0, 5.0, 5.0])

@@ -25,6 +25,7 @@ bool = _np.bool_  # noqa: A001  (cupy.bool, as in NumPy 2)
 
 _HOST_CREATION = frozenset({"copy", "ascontiguousarray", "asfortranarray"})
 _names = _namespace.populate(globals(), "", skip=_HOST_CREATION)
+_namespace.add_ufunc_methods(globals())
 
 
 def array(obj, dtype=None, copy=True, order="K", subok=False, ndmin=0):

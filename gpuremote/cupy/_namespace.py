@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from gpuremote.cupy._core import compiled_call, elementwise_fast, forward, ufunc_inputs
-from gpuremote.surface import SURFACE, module_names
+from gpuremote.cupy._core import compiled_call, elementwise_fast, forward, ndarray, ufunc_inputs
+from gpuremote.surface import SURFACE, UFUNC_METHODS, module_names
 
 
 def make_function(name: str):
@@ -41,6 +41,39 @@ def populate(namespace: dict, prefix: str = "", skip: frozenset = frozenset()) -
     for n in names:
         namespace[n] = make_function(prefix + n)
     return names
+
+
+def _ufunc_methods(name: str) -> dict:
+    """reduce, accumulate, outer and at of the module function `name`, with NumPy's signatures."""
+    def options(axis, **given):     # the axis always: its default is 0 here, None for sum and the like
+        return {"axis": axis, **{k: v for k, v in given.items() if v is not None}}
+
+    def reduce(array, axis=0, dtype=None, out=None, keepdims=False):
+        return forward(f"{name}.reduce", (array,), options(axis, dtype=dtype, out=out, keepdims=keepdims or None))
+
+    def accumulate(array, axis=0, dtype=None, out=None):
+        return forward(f"{name}.accumulate", (array,), options(axis, dtype=dtype, out=out))
+
+    def outer(A, B, **kwargs):
+        return forward(f"{name}.outer", (A, B), kwargs)
+
+    def at(a, indices, b=None):
+        """In place, unbuffered: a[indices] = {name}(a[indices], b), each index as often as it occurs."""
+        if type(a) is not ndarray:
+            raise TypeError(f"{name}.at writes into a device array, not {type(a).__module__}.{type(a).__name__}")
+        forward(f"{name}.at", (a, indices) if b is None else (a, indices, b), {})
+
+    methods = {"reduce": reduce, "accumulate": accumulate, "outer": outer, "at": at}
+    for attr, fn in methods.items():
+        fn.__name__, fn.__qualname__ = attr, f"{name}.{attr}"
+    return methods
+
+
+def add_ufunc_methods(namespace: dict) -> None:
+    """Give the module's binary ufuncs (surface.UFUNC_METHODS) their methods: cupy.add.at(x, i, v)."""
+    for name in UFUNC_METHODS:
+        for attr, fn in _ufunc_methods(name).items():
+            setattr(namespace[name], attr, fn)
 
 
 def unknown_attribute(module: str, attr: str) -> AttributeError:

@@ -34,6 +34,24 @@ def zeros_like_pinned(a, dtype=None, order="K", subok=None, shape=None) -> numpy
     return out
 
 
+def scatter_add(a, slices, value) -> None:
+    """a[slices] += value, each index as often as it occurs (cupy.add.at)."""
+    from gpuremote import cupy
+    cupy.add.at(a, slices, value)
+
+
+def scatter_max(a, slices, value) -> None:
+    """a[slices] = maximum(a[slices], value), index by index (cupy.maximum.at)."""
+    from gpuremote import cupy
+    cupy.maximum.at(a, slices, value)
+
+
+def scatter_min(a, slices, value) -> None:
+    """a[slices] = minimum(a[slices], value), index by index (cupy.minimum.at)."""
+    from gpuremote import cupy
+    cupy.minimum.at(a, slices, value)
+
+
 def get_array_module(*args):
     from gpuremote.cupy import get_array_module as _gam
     return _gam(*args)

@@ -31,7 +31,7 @@ import numpy
 
 from gpuremote.errors import UnsupportedOperationError
 from gpuremote.meta import NOT_ARRAY, RANDOM_GENERATOR, derive, virtual, without_generator
-from gpuremote.surface import Entry
+from gpuremote.surface import UFUNC_METHODS, Entry
 
 # Rules whose results gpuremote.meta derives with an O(1) rule (no NumPy run on real-sized
 # stand-ins): the bound is exactly the results' size. `creation` probes NumPy when an argument is
@@ -548,6 +548,12 @@ def _outer(args, kwargs, meta_of) -> int:
     return math.prod(a[0]) * math.prod(b[0]) * numpy.result_type(a[1], b[1]).itemsize
 
 
+def _ufunc_outer(args, kwargs, meta_of) -> int:
+    """add.outer(a, b) and the like: a.shape + b.shape, of any dtype (a dtype= may widen it)."""
+    a, b = _meta(_arg(args, kwargs, 0, "A"), meta_of), _meta(_arg(args, kwargs, 1, "B"), meta_of)
+    return math.prod(a[0]) * math.prod(b[0]) * 16
+
+
 def _inner(args, kwargs, meta_of) -> int:
     a, b = _meta(_arg(args, kwargs, 0, "a"), meta_of), _meta(_arg(args, kwargs, 1, "b"), meta_of)
     isz = numpy.result_type(a[1], b[1]).itemsize
@@ -969,6 +975,7 @@ _BOUNDS: dict[str, Callable] = {
     "nonzero": _nonzero, "ndarray.nonzero": _nonzero, "flatnonzero": _nonzero, "argwhere": _nonzero,
     "array_equal": _compare, "allclose": _compare, "array_equiv": _compare,
     "kernel.elementwise": _kernel(False), "kernel.reduction": _kernel(True),
+    **{f"{u}.outer": _ufunc_outer for u in UFUNC_METHODS},
     **{n: _fft(n) for n in ("fft.fft", "fft.ifft", "fft.fft2", "fft.ifft2", "fft.fftn", "fft.ifftn",
                             "fft.rfft", "fft.irfft", "fft.rfft2", "fft.irfft2", "fft.rfftn", "fft.irfftn",
                             "fft.hfft", "fft.ihfft")},
