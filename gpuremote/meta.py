@@ -614,6 +614,7 @@ _SHAPE_ARG = (0, "shape")
 _SPLIT_ARG = ((1, "indices_or_sections"),)
 VALUE_ARGS: dict[str, tuple[tuple[int, str], ...]] = {
     "repeat": ((1, "repeats"),), "ndarray.repeat": ((1, "repeats"),), "tile": ((1, "reps"),),
+    "delete": ((1, "obj"),), "resize": ((1, "new_shape"),), "vander": ((1, "N"),),
     "pad": ((1, "pad_width"),), "split": _SPLIT_ARG, "array_split": _SPLIT_ARG, "hsplit": _SPLIT_ARG,
     "vsplit": _SPLIT_ARG, "dsplit": _SPLIT_ARG, "indices": ((0, "dimensions"),), "diff": ((1, "n"),),
     "tensordot": ((2, "axes"),), "polyfit": ((2, "deg"),), "linalg.tensorinv": ((1, "ind"),),

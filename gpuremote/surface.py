@@ -68,7 +68,8 @@ _PROBE = """concatenate stack hstack vstack dstack column_stack tile repeat pad 
     median percentile quantile nanmedian average cov corrcoef histogram bincount_fixed digitize
     interp copy ascontiguousarray asfortranarray array_equal allclose array_equiv
     meshgrid indices split array_split hsplit vsplit dsplit broadcast_arrays tri
-    polyval polyfit unwrap cumulative_sum""".replace("bincount_fixed", "")
+    polyval polyfit unwrap cumulative_sum append delete iscomplex isreal packbits ravel_multi_index
+    resize select vander""".replace("bincount_fixed", "")
 _DYNAMIC = """nonzero flatnonzero argwhere unique compress extract trim_zeros bincount in1d isin
     intersect1d union1d setdiff1d setxor1d"""
 _CREATION = "zeros ones empty full eye identity arange linspace logspace"

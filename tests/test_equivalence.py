@@ -704,6 +704,33 @@ def test_ufunc_methods(cp, body, kw):
     check(body, cp, **kw)
 
 
+MORE_FUNCTIONS = {
+    "append-flat": lambda xp, rng: xp.append(arr(xp, rng, (2, 3)), arr(xp, rng, (4,), I32)),
+    "append-axis0": lambda xp, rng: xp.append(arr(xp, rng, (2, 3)), arr(xp, rng, (1, 3)), axis=0),
+    "append-list": lambda xp, rng: xp.append(arr(xp, rng, (3,)), [1.5, 2.5]),
+    "delete-int": lambda xp, rng: xp.delete(arr(xp, rng, (5,)), 2),
+    "delete-list-axis1": lambda xp, rng: xp.delete(arr(xp, rng, (3, 4)), [0, 2], axis=1),
+    "delete-slice": lambda xp, rng: xp.delete(arr(xp, rng, (6,)), slice(1, 4)),
+    "iscomplex": lambda xp, rng: xp.iscomplex(arr(xp, rng, (4,), C64)),
+    "isreal-real": lambda xp, rng: xp.isreal(arr(xp, rng, (2, 3))),
+    "packbits": lambda xp, rng: xp.packbits(arr(xp, rng, (3, 10), B)),
+    "packbits-axis1": lambda xp, rng: xp.packbits(arr(xp, rng, (3, 10), B), axis=1),
+    "ravel_multi_index": lambda xp, rng: xp.ravel_multi_index(
+        (xp.asarray([0, 1, 2]), xp.asarray([3, 0, 1])), (3, 4)),
+    "resize-grow": lambda xp, rng: xp.resize(arr(xp, rng, (2, 3)), (4, 4)),
+    "resize-shrink": lambda xp, rng: xp.resize(arr(xp, rng, (5,)), 3),
+    "select": lambda xp, rng: (lambda x: xp.select([x < -1, x > 1], [x * 2, x * 3], default=-7.0))(
+        arr(xp, rng, (3, 4))),
+    "vander": lambda xp, rng: xp.vander(arr(xp, rng, (4,))),
+    "vander-N-increasing": lambda xp, rng: xp.vander(arr(xp, rng, (3,)), 5, increasing=True),
+}
+
+
+@pytest.mark.parametrize("body,kw", params(MORE_FUNCTIONS))
+def test_more_functions(cp, body, kw):
+    check(body, cp, **kw)
+
+
 def test_ufunc_method_errors(cp):
     check_raises(lambda xp, rng: xp.add.reduce(arr(xp, rng, (3, 4)), axis=3), cp, np.exceptions.AxisError)
     check_raises(_at("add", (3,), [5], 1.0), cp, IndexError)

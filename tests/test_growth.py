@@ -198,6 +198,15 @@ CASES = [
     ("fft.fftshift", (x34,), {}), ("fft.ifftshift", (v5,), {"axes": 0}), ("fft.fftfreq", (8, 0.1), {}),
     ("fft.rfftfreq", (9,), {}), ("fft.fftfreq", (5,), {"d": a(3, 1)}),
     ("random.permutation", (10,), {}), ("random.permutation", (x34,), {}),
+    # ufunc methods and the functions added with them
+    ("add.reduce", (x34,), {"axis": 0}), ("multiply.reduce", (a(3, 4, dtype=I8),), {"axis": None}),
+    ("add.accumulate", (x34,), {"axis": 1}), ("subtract.outer", (v5, x34), {}),
+    ("add.outer", (a(3, dtype=I8), a(4, dtype=I8)), {"dtype": C}),
+    ("append", (x34, a(7, dtype=C)), {}), ("append", (x34, a(2, 4)), {"axis": 0}), ("delete", (x34, [0, 2], 1), {}),
+    ("iscomplex", (a(5, dtype=C),), {}), ("isreal", (x34,), {}), ("packbits", (a(3, 10, dtype=B),), {}),
+    ("ravel_multi_index", ((a(5, dtype=I), a(1, 5, dtype=I)), (5, 5)), {}), ("resize", (x34, (7, 9)), {}),
+    ("resize", (v5, 2), {}), ("resize", (a(0), (3, 2)), {}), ("select", ([a(3, 1) > 0.5, a(1, 4) > 0.2], [a(3, 1), a(1, 4, dtype=C)]), {}),
+    ("vander", (v5,), {}), ("vander", (a(3, dtype=F32), 8), {}),
 ]
 
 

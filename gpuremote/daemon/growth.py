@@ -369,6 +369,7 @@ _WIDE3 = lambda isz, wide: 3 * max(8, wide)                  # noqa: E731
 _WIDE4 = lambda isz, wide: 4 * max(8, wide)                  # noqa: E731
 _SETS = lambda isz, wide: 2 * wide + 5 * _INDEX              # noqa: E731
 NO_GROWTH: dict[str, Callable[[int, int], int]] = {
+    **dict.fromkeys(["delete", "iscomplex", "isreal", "packbits"], _SAME),
     **dict.fromkeys(["sort", "roll", "copy", "ascontiguousarray", "asfortranarray", "compress", "extract",
                      "trim_zeros", "fft.fftshift", "fft.ifftshift"], _SAME),
     **dict.fromkeys(["partition", "convolve", "correlate"], _SAME2),
@@ -546,6 +547,45 @@ def _kron(args, kwargs, meta_of) -> int:
 def _outer(args, kwargs, meta_of) -> int:
     a, b = _meta(_arg(args, kwargs, 0, "a"), meta_of), _meta(_arg(args, kwargs, 1, "b"), meta_of)
     return math.prod(a[0]) * math.prod(b[0]) * numpy.result_type(a[1], b[1]).itemsize
+
+
+def _append(args, kwargs, meta_of) -> int:
+    """append(arr, values): both, flattened or joined, in their promoted dtype."""
+    n, _, promoted = _inputs(args, kwargs, meta_of)
+    return n * promoted
+
+
+def _ravel_multi_index(args, kwargs, meta_of) -> int:
+    """Flat indices (intp) of the index arrays broadcast together."""
+    index = _arg(args, kwargs, 0, "multi_index")
+    shapes = [_meta(i, meta_of)[0] for i in index] if type(index) in (list, tuple) else [_meta(index, meta_of)[0]]
+    return math.prod(_bcast(shapes)) * _INDEX
+
+
+def _resize(args, kwargs, meta_of) -> int:
+    """resize(a, new_shape) joins whole copies of `a` and keeps the first elements: the result is a
+    view of those copies (and a flat copy of `a` may come first)."""
+    shape, dtype = _meta(_arg(args, kwargs, 0, "a"), meta_of)
+    n, size = math.prod([max(s, 0) for s in _ints(_arg(args, kwargs, 1, "new_shape"), meta_of)]), math.prod(shape)
+    copies = -(-n // size) if size else 0
+    return max(n, (copies + 1) * size) * dtype.itemsize     # (an empty `a` gives zeros of the new shape)
+
+
+def _select(args, kwargs, meta_of) -> int:
+    """select(condlist, choicelist, default): the broadcast of every condition and choice, at most
+    16 bytes an element."""
+    shapes = []
+    for group in (_arg(args, kwargs, 0, "condlist"), _arg(args, kwargs, 1, "choicelist")):
+        for item in (group if type(group) in (list, tuple) else [group]):
+            shapes.append(_meta(item, meta_of)[0])
+    return math.prod(_bcast(shapes)) * 16
+
+
+def _vander(args, kwargs, meta_of) -> int:
+    shape, dtype = _meta(_arg(args, kwargs, 0, "x"), meta_of)
+    n = _arg(args, kwargs, 1, "N", None)
+    columns = math.prod(shape) if n is None else max(_int(n, meta_of), 0)
+    return math.prod(shape) * columns * max(8, dtype.itemsize)
 
 
 def _ufunc_outer(args, kwargs, meta_of) -> int:
@@ -976,6 +1016,8 @@ _BOUNDS: dict[str, Callable] = {
     "array_equal": _compare, "allclose": _compare, "array_equiv": _compare,
     "kernel.elementwise": _kernel(False), "kernel.reduction": _kernel(True),
     **{f"{u}.outer": _ufunc_outer for u in UFUNC_METHODS},
+    "append": _append, "ravel_multi_index": _ravel_multi_index, "resize": _resize, "select": _select,
+    "vander": _vander,
     **{n: _fft(n) for n in ("fft.fft", "fft.ifft", "fft.fft2", "fft.ifft2", "fft.fftn", "fft.ifftn",
                             "fft.rfft", "fft.irfft", "fft.rfft2", "fft.irfft2", "fft.rfftn", "fft.irfftn",
                             "fft.hfft", "fft.ihfft")},
