@@ -125,34 +125,10 @@ def test_exit_code_and_crash_match_a_direct_run(tmp_path, daemon, numpy_as_cupy)
     assert_daemon_clean(daemon)
 
 
-def test_sigint_kills_like_a_direct_run(tmp_path, daemon):
-    path = script(tmp_path, """
-        import time, cupy
-        x = cupy.ones((256, 256))
-        print("ready", flush=True)
-        time.sleep(60)
-    """)
-    env = dict(os.environ)
-    proc = subprocess.Popen([*GPUREMOTE, "run", "--daemon", daemon.address, "--", sys.executable, path],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                            start_new_session=True)
-    try:
-        assert proc.stdout.readline().strip() == "ready"
-        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C does: the whole foreground group
-        proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    assert proc.returncode == -signal.SIGINT
-    assert "KeyboardInterrupt" in proc.stderr.read()
-    proc.stdout.close()
-    proc.stderr.close()
-    assert_daemon_clean(daemon)
-
-
-def test_sigterm_to_the_wrapper_ends_the_command_like_a_direct_run(tmp_path, daemon):
-    # What a process manager does (kill PID): only the wrapper gets the signal; it passes it on.
+@pytest.mark.parametrize("sig,to_group", [(signal.SIGINT, True), (signal.SIGTERM, False)], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_ends_the_command_like_a_direct_run(tmp_path, daemon, sig, to_group):
+    # SIGINT as Ctrl-C sends it, to the whole foreground group; SIGTERM as a process manager does
+    # (kill PID), to the wrapper alone, which passes it on.
     path = script(tmp_path, """
         import time, cupy
         x = cupy.ones((256, 256))
@@ -163,13 +139,18 @@ def test_sigterm_to_the_wrapper_ends_the_command_like_a_direct_run(tmp_path, dae
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         assert proc.stdout.readline().split() == ["ready", "65536.0"]
-        proc.send_signal(signal.SIGTERM)
+        if to_group:
+            os.killpg(proc.pid, sig)
+        else:
+            proc.send_signal(sig)
         proc.wait(timeout=30)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-    assert proc.returncode == -signal.SIGTERM
+    assert proc.returncode == -sig
+    if sig == signal.SIGINT:
+        assert "KeyboardInterrupt" in proc.stderr.read()
     proc.stdout.close()
     proc.stderr.close()
     assert_daemon_clean(daemon)

@@ -8,6 +8,8 @@ imports cupy.
 
 from __future__ import annotations
 
+import functools as _functools
+
 import numpy as _np
 from numpy import (bool_, byte, ubyte, short, ushort, intc, uintc, int_, uint, longlong, ulonglong,  # noqa: F401
                    int8, int16, int32, int64, uint8, uint16, uint32, uint64, intp, uintp, float16,
@@ -142,9 +144,7 @@ def fuse(*args, **kwargs):
     operations forwarded one by one as any others (the daemon does not fuse them into one kernel), so
     the results are those of the unfused function, which are CuPy's."""
     def decorate(function):
-        import functools
-
-        @functools.wraps(function)
+        @_functools.wraps(function)
         def fused(*a, **kw):
             return function(*a, **kw)
         return fused

@@ -1,4 +1,5 @@
-"""cupyx for gpuremote: pinned host buffers and the scipy.special basics.
+"""cupyx for gpuremote: pinned host buffers, scatter_add/max/min (the ufuncs' `at`) and the
+scipy.special basics.
 
 Pinned buffers live in page-aligned shared memory (memfd segments, reused once dropped): a
 daemon on the same host maps them, so an upload from one is a single copy, read in place by the
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import numpy
 
+import gpuremote.cupy as _cupy
 from gpuremote.cupyx import scipy  # noqa: F401
 from gpuremote.transport.buffers import pinned as _pinned
 
@@ -36,20 +38,17 @@ def zeros_like_pinned(a, dtype=None, order="K", subok=None, shape=None) -> numpy
 
 def scatter_add(a, slices, value) -> None:
     """a[slices] += value, each index as often as it occurs (cupy.add.at)."""
-    from gpuremote import cupy
-    cupy.add.at(a, slices, value)
+    _cupy.add.at(a, slices, value)
 
 
 def scatter_max(a, slices, value) -> None:
     """a[slices] = maximum(a[slices], value), index by index (cupy.maximum.at)."""
-    from gpuremote import cupy
-    cupy.maximum.at(a, slices, value)
+    _cupy.maximum.at(a, slices, value)
 
 
 def scatter_min(a, slices, value) -> None:
     """a[slices] = minimum(a[slices], value), index by index (cupy.minimum.at)."""
-    from gpuremote import cupy
-    cupy.minimum.at(a, slices, value)
+    _cupy.minimum.at(a, slices, value)
 
 
 def get_array_module(*args):

@@ -80,8 +80,9 @@ def set_pinned_memory_allocator(allocator=None) -> None:
     """None (no pinned pool) is accepted: pinned buffers are then still shared segments, still reused.
     Any other allocator: refused, as the daemon maps these buffers itself."""
     if allocator is not None:
-        raise NotImplementedError("a custom pinned-memory allocator cannot be used: gpuremote's pinned buffers are "
-                                  "shared-memory segments the daemon maps; set_pinned_memory_allocator(None) is accepted")
+        raise NotImplementedError("a custom pinned-memory allocator cannot be used: gpuremote's pinned buffers "
+                                  "are shared-memory segments the daemon maps; set_pinned_memory_allocator(None) "
+                                  "is accepted")
 
 
 # -- device addresses ------------------------------------------------------------------------
