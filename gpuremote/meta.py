@@ -57,7 +57,8 @@ RANDOM_SIZE_POS = {
 # reach of keyword arguments written in Python.
 RANDOM_GENERATOR = "gpuremote.generator"
 ALWAYS_SEQUENCE = frozenset({"nonzero", "ndarray.nonzero", "split", "array_split", "hsplit", "vsplit",
-                             "dsplit", "meshgrid", "broadcast_arrays"})
+                             "dsplit", "meshgrid", "broadcast_arrays", "unravel_index", "diag_indices",
+                             "tril_indices", "triu_indices"})
 LIST_RESULTS = frozenset({"split", "array_split", "hsplit", "vsplit", "dsplit"})
 
 
@@ -615,6 +616,7 @@ _SPLIT_ARG = ((1, "indices_or_sections"),)
 VALUE_ARGS: dict[str, tuple[tuple[int, str], ...]] = {
     "repeat": ((1, "repeats"),), "ndarray.repeat": ((1, "repeats"),), "tile": ((1, "reps"),),
     "delete": ((1, "obj"),), "resize": ((1, "new_shape"),), "vander": ((1, "N"),),
+    "unravel_index": ((1, "shape"),),
     "pad": ((1, "pad_width"),), "split": _SPLIT_ARG, "array_split": _SPLIT_ARG, "hsplit": _SPLIT_ARG,
     "vsplit": _SPLIT_ARG, "dsplit": _SPLIT_ARG, "indices": ((0, "dimensions"),), "diff": ((1, "n"),),
     "tensordot": ((2, "axes"),), "polyfit": ((2, "deg"),), "linalg.tensorinv": ((1, "ind"),),
@@ -750,8 +752,13 @@ def nout_of(entry: Entry, args: tuple, kwargs: dict, meta_of: MetaOf) -> int:
         return 1 if arg(1, "mode", "reduced") == "r" else 2
     if name == "linalg.svd":
         return 3 if arg(2, "compute_uv", True) else 1
-    if name in ("linalg.eigh", "linalg.slogdet", "histogram"):
+    if name in ("linalg.eigh", "linalg.slogdet", "histogram", "tril_indices", "triu_indices"):
         return 2
+    if name == "unravel_index":
+        shape = arg(1, "shape")
+        return len(shape) if isinstance(shape, (list, tuple)) else 1
+    if name == "diag_indices":
+        return operator.index(arg(1, "ndim", 2))
     if name == "linalg.lstsq":
         return 4
     if name == "kernel.elementwise" and isinstance(args[0], dict):

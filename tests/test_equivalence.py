@@ -723,6 +723,14 @@ MORE_FUNCTIONS = {
         arr(xp, rng, (3, 4))),
     "vander": lambda xp, rng: xp.vander(arr(xp, rng, (4,))),
     "vander-N-increasing": lambda xp, rng: xp.vander(arr(xp, rng, (3,)), 5, increasing=True),
+    "unravel_index": lambda xp, rng: xp.unravel_index(xp.asarray([1, 5, 7, 0]), (2, 4)),
+    "unravel_index-scalar-F": lambda xp, rng: xp.unravel_index(7, (2, 2, 2), order="F"),
+    "unravel_index-argmax": lambda xp, rng: (lambda x: xp.unravel_index(xp.argmax(x), x.shape))(arr(xp, rng, (3, 4))),
+    "diag_indices": lambda xp, rng: xp.diag_indices(4),
+    "diag_indices-3d": lambda xp, rng: xp.diag_indices(2, 3),
+    "tril_indices": lambda xp, rng: xp.tril_indices(4, -1),
+    "triu_indices-m": lambda xp, rng: xp.triu_indices(3, 1, 5),
+    "tril_indices-as-index": lambda xp, rng: arr(xp, rng, (4, 4))[xp.tril_indices(4)],
 }
 
 

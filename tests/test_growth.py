@@ -205,8 +205,12 @@ CASES = [
     ("append", (x34, a(7, dtype=C)), {}), ("append", (x34, a(2, 4)), {"axis": 0}), ("delete", (x34, [0, 2], 1), {}),
     ("iscomplex", (a(5, dtype=C),), {}), ("isreal", (x34,), {}), ("packbits", (a(3, 10, dtype=B),), {}),
     ("ravel_multi_index", ((a(5, dtype=I), a(1, 5, dtype=I)), (5, 5)), {}), ("resize", (x34, (7, 9)), {}),
-    ("resize", (v5, 2), {}), ("resize", (a(0), (3, 2)), {}), ("select", ([a(3, 1) > 0.5, a(1, 4) > 0.2], [a(3, 1), a(1, 4, dtype=C)]), {}),
+    ("resize", (v5, 2), {}), ("resize", (a(0), (3, 2)), {}),
+    ("select", ([a(3, 1) > 0.5, a(1, 4) > 0.2], [a(3, 1), a(1, 4, dtype=C)]), {}),
     ("vander", (v5,), {}), ("vander", (a(3, dtype=F32), 8), {}),
+    ("unravel_index", (a(2, 3, dtype=I), (5, 5)), {}), ("unravel_index", (7, (2, 4)), {}),
+    ("diag_indices", (5,), {}), ("diag_indices", (3, 4), {}), ("tril_indices", (6, -1), {}),
+    ("triu_indices", (4, 2, 9), {}), ("tril_indices", (0,), {}),
 ]
 
 

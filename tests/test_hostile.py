@@ -571,6 +571,19 @@ def test_empty_op_and_malformed_calls(target):
     assert_ok(r[13])
 
 
+@pytest.mark.parametrize("make", [lambda cp: cp.tril_indices(10**6), lambda cp: cp.diag_indices(10**9, 3),
+                                  lambda cp: cp.resize(cp.ones(3), (10**5, 10**5)),
+                                  lambda cp: cp.vander(cp.ones(10**4), 10**6),
+                                  lambda cp: cp.add.outer(cp.ones(10**5), cp.ones(10**5))])
+def test_huge_results_of_value_arguments_are_refused_before_they_exist(target, make):
+    with connected(target.address) as (cp, _):
+        with pytest.raises(OutOfMemoryError):
+            result = make(cp)
+            for r in (result if isinstance(result, tuple) else (result,)):
+                r.get()
+        assert float(cp.ones(3).sum()) == 3.0                       # the session goes on
+
+
 def test_the_daemon_refuses_bad_special_calls_on_the_wire(target):
     ops = [call(1, "scipy.special.erf", (np.ones(3, dtype=np.complex128),), results=(5,), reply=True),
            call(2, "scipy.special.erf", (np.ones(3), np.ones(3)), results=(6,), reply=True),

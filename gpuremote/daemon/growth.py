@@ -588,6 +588,24 @@ def _vander(args, kwargs, meta_of) -> int:
     return math.prod(shape) * columns * max(8, dtype.itemsize)
 
 
+def _unravel_index(args, kwargs, meta_of) -> int:
+    """One intp array per dimension of `shape`, each the size of the indices."""
+    shape, _ = _meta(_arg(args, kwargs, 0, "indices"), meta_of)
+    return max(len(_ints(_arg(args, kwargs, 1, "shape"), meta_of)), 1) * _span(shape) * _INDEX
+
+
+def _diag_indices(args, kwargs, meta_of) -> int:
+    return max(_int(_arg(args, kwargs, 0, "n"), meta_of), 0) * max(_int(_arg(args, kwargs, 1, "ndim", 2), meta_of), 1) \
+        * _INDEX
+
+
+def _tri_indices(args, kwargs, meta_of) -> int:
+    """tril_indices(n, k, m) and triu_indices: two index arrays, at most n * m entries each."""
+    n = max(_int(_arg(args, kwargs, 0, "n"), meta_of), 0)
+    m = _arg(args, kwargs, 2, "m", None)
+    return 2 * n * (n if m is None else max(_int(m, meta_of), 0)) * _INDEX
+
+
 def _ufunc_outer(args, kwargs, meta_of) -> int:
     """add.outer(a, b) and the like: a.shape + b.shape, of any dtype (a dtype= may widen it)."""
     a, b = _meta(_arg(args, kwargs, 0, "A"), meta_of), _meta(_arg(args, kwargs, 1, "B"), meta_of)
@@ -1017,7 +1035,8 @@ _BOUNDS: dict[str, Callable] = {
     "kernel.elementwise": _kernel(False), "kernel.reduction": _kernel(True),
     **{f"{u}.outer": _ufunc_outer for u in UFUNC_METHODS},
     "append": _append, "ravel_multi_index": _ravel_multi_index, "resize": _resize, "select": _select,
-    "vander": _vander,
+    "vander": _vander, "unravel_index": _unravel_index, "diag_indices": _diag_indices,
+    "tril_indices": _tri_indices, "triu_indices": _tri_indices,
     **{n: _fft(n) for n in ("fft.fft", "fft.ifft", "fft.fft2", "fft.ifft2", "fft.fftn", "fft.ifftn",
                             "fft.rfft", "fft.irfft", "fft.rfft2", "fft.irfft2", "fft.rfftn", "fft.irfftn",
                             "fft.hfft", "fft.ihfft")},
