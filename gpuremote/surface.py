@@ -75,6 +75,7 @@ _DYNAMIC = """nonzero flatnonzero argwhere unique compress extract trim_zeros bi
 _CREATION = "zeros ones empty full eye identity arange linspace logspace"
 _LIKE = "zeros_like ones_like empty_like full_like"
 _NONE = "copyto put place putmask fill_diagonal"
+_VALUE = "shares_memory may_share_memory"       # answered with a host bool (a sync point)
 
 _LINALG = {
     "dot": "dot", "matmul": "matmul", "linalg.inv": "probe", "linalg.pinv": "probe",
@@ -159,6 +160,7 @@ def _build() -> dict[str, Entry]:
     add(_CREATION, "creation")
     add(_LIKE, "like")
     add(_NONE, "none")
+    add(_VALUE, "value")
     for n, rule in _LINALG.items():
         table[n] = Entry(n, rule)
     add(_FFT, "probe", "fft.")

@@ -174,6 +174,19 @@ def test_the_environments_own_sitecustomize_still_runs(tmp_path, daemon):
     assert_daemon_clean(daemon)
 
 
+def test_inf_and_nan_come_without_warnings_from_the_daemon(tmp_path):
+    # As on a GPU: exp(1000) is inf and log(-1) NaN, and the embedded daemon (in the wrapper's
+    # process, sharing its terminal) prints no NumPy RuntimeWarning naming its own lines.
+    path = script(tmp_path, """
+        import cupy
+        print(float(cupy.exp(cupy.asarray([1000.0]))[0]), float(cupy.log(cupy.asarray([-1.0]))[0]))
+    """)
+    got = wrapped([sys.executable, path])
+    assert got.returncode == 0, got.stderr
+    assert got.stdout.split() == ["inf", "nan"]
+    assert "Warning" not in got.stderr, got.stderr
+
+
 def test_multiprocessing_worker_uses_cupy(tmp_path, daemon):
     path = script(tmp_path, """
         import multiprocessing as mp

@@ -118,3 +118,13 @@ def test_cupyx_scatter_functions(cp):
     cupyx.scatter_min(c, index, cp.asarray([1.0, 9.0, 7.0]))
     assert (a.get().tolist(), b.get().tolist(), c.get().tolist()) == \
         ([0.0, 4.0, 0.0, 2.0], [5.0, 9.0, 5.0, 7.0], [5.0, 1.0, 5.0, 5.0])
+
+
+def test_module_facts_and_memory_sharing(cp, capsys):
+    assert cp.__version__.startswith("13.") and "+gpuremote." in cp.__version__
+    assert cp.is_available() is True
+    cp.show_config()
+    assert "device 0:" in capsys.readouterr().out
+    x = cp.arange(6.0)
+    assert cp.shares_memory(x, x[2:]) is True and cp.may_share_memory(x, x[::2]) is True
+    assert cp.shares_memory(x, cp.arange(6.0)) is False

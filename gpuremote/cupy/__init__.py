@@ -21,7 +21,12 @@ from numpy import (bool_, byte, ubyte, short, ushort, intc, uintc, int_, uint, l
 from gpuremote.cupy import _namespace
 from gpuremote.cupy._core import forward as _forward, from_host as _from_host, ndarray
 from gpuremote.cupy._kernel import ElementwiseKernel, RawKernel, RawModule, ReductionKernel  # noqa: F401
+from gpuremote import __version__ as _gpuremote_version
 from gpuremote.errors import OutOfMemoryError  # noqa: F401
+
+# The CuPy API level the surface table forwards, tagged with gpuremote's own version: code that
+# reads cupy.__version__ to choose a code path finds the CuPy it is written for.
+__version__ = f"13.0.0+gpuremote.{_gpuremote_version}"
 
 bool = _np.bool_  # noqa: A001  (cupy.bool, as in NumPy 2)
 
@@ -95,6 +100,19 @@ def asnumpy(a, stream=None, order="C", out=None):
         out[...] = a
         return out
     return _np.asarray(a, order=order)
+
+
+def is_available() -> bool:
+    """True when a gpuremote device is reachable (cupy.is_available)."""
+    return cuda.is_available()
+
+
+def show_config() -> None:
+    """What this process runs on: gpuremote's version, and each device with its daemon."""
+    from gpuremote.client import context
+    print(f"gpuremote.cupy {__version__} (NumPy {_np.__version__})")
+    for i, ref in enumerate(context.devices()):
+        print(f"  device {i}: {ref.session.address} device {ref.remote_index}")
 
 
 def get_array_module(*args):

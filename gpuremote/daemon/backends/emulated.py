@@ -9,6 +9,7 @@ DEFAULTS.emulate_blas_threads threads in the daemon's process (see _config for w
 from __future__ import annotations
 
 import time
+import warnings
 
 import numpy
 
@@ -95,6 +96,9 @@ class EmulatedBackend(Backend):
         super().__init__(props)
         from threadpoolctl import threadpool_limits
         self._blas_limit = threadpool_limits(limits=DEFAULTS.emulate_blas_threads, user_api="blas")
+        # A GPU computes inf and NaN without a word; NumPy warns (exp(1000) overflows), and the
+        # warning would name the daemon's own line in its log or `gpuremote run`'s terminal.
+        warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"gpuremote\.daemon\.")
 
     def close(self):
         self._blas_limit.restore_original_limits()
