@@ -758,7 +758,10 @@ def nout_of(entry: Entry, args: tuple, kwargs: dict, meta_of: MetaOf) -> int:
         shape = arg(1, "shape")
         return len(shape) if isinstance(shape, (list, tuple)) else 1
     if name == "diag_indices":
-        return operator.index(arg(1, "ndim", 2))
+        ndim = operator.index(arg(1, "ndim", 2))
+        if ndim > 64:
+            raise ValueError(f"diag_indices: ndim={ndim} is more dimensions than an array can have (64)")
+        return ndim
     if name == "linalg.lstsq":
         return 4
     if name == "kernel.elementwise" and isinstance(args[0], dict):

@@ -584,6 +584,16 @@ def test_huge_results_of_value_arguments_are_refused_before_they_exist(target, m
         assert float(cp.ones(3).sum()) == 3.0                       # the session goes on
 
 
+def test_diag_indices_of_more_dimensions_than_an_array_has_is_refused(target):
+    with connected(target.address) as (cp, _):
+        with pytest.raises(ValueError, match="more dimensions than an array can have"):
+            cp.diag_indices(2, 10**6)
+    ops = [call(1, "diag_indices", (2, 10**6), results=(5,), reply=True)]       # a client that asks anyway
+    received, status = raw_session(target.address, [opening(), batch(*ops)])
+    assert status is None
+    assert "more dimensions than an array can have" in error_of(replies(received)[1]).message
+
+
 def test_the_daemon_refuses_bad_special_calls_on_the_wire(target):
     ops = [call(1, "scipy.special.erf", (np.ones(3, dtype=np.complex128),), results=(5,), reply=True),
            call(2, "scipy.special.erf", (np.ones(3), np.ones(3)), results=(6,), reply=True),

@@ -595,8 +595,12 @@ def _unravel_index(args, kwargs, meta_of) -> int:
 
 
 def _diag_indices(args, kwargs, meta_of) -> int:
-    return max(_int(_arg(args, kwargs, 0, "n"), meta_of), 0) * max(_int(_arg(args, kwargs, 1, "ndim", 2), meta_of), 1) \
-        * _INDEX
+    """`ndim` index arrays of n entries; ndim is the rank of the arrays they index, so at most 64
+    (NumPy's limit): more would be that many separate results for one call."""
+    ndim = _int(_arg(args, kwargs, 1, "ndim", 2), meta_of)
+    if ndim > 64:
+        raise ValueError(f"diag_indices: ndim={ndim} is more dimensions than an array can have (64)")
+    return max(_int(_arg(args, kwargs, 0, "n"), meta_of), 0) * max(ndim, 1) * _INDEX
 
 
 def _tri_indices(args, kwargs, meta_of) -> int:
