@@ -128,3 +128,34 @@ def test_module_facts_and_memory_sharing(cp, capsys):
     x = cp.arange(6.0)
     assert cp.shares_memory(x, x[2:]) is True and cp.may_share_memory(x, x[::2]) is True
     assert cp.shares_memory(x, cp.arange(6.0)) is False
+
+
+def test_numpy_ufuncs_on_device_arrays_run_on_the_device(cp):
+    x = cp.arange(4.0)
+    for got, want in [(np.exp(x), np.exp(np.arange(4.0))), (np.add(x, 1), np.arange(4.0) + 1),
+                      (np.float32(2) * x, np.arange(4.0) * 2),
+                      (np.add.reduce(x), np.float64(6.0)), (np.matmul(x, x), np.float64(14.0))]:
+        assert type(got) is cp.ndarray
+        np.testing.assert_allclose(got.get(), want)
+    q, r = np.divmod(x, 3)
+    assert (q.get().tolist(), r.get().tolist()) == ([0, 0, 0, 1], [0, 1, 2, 0])
+    np.maximum.at(x, cp.asarray([0]), 9.0)
+    assert x.get().tolist() == [9.0, 1.0, 2.0, 3.0]
+    with pytest.raises(TypeError, match="NotImplemented"):
+        np.logaddexp.reduce(x)              # a ufunc method gpuremote does not forward
+    with pytest.raises(TypeError, match="Unsupported type"):
+        np.ones(4) + x                      # a host array beside it: refused, as by CuPy
+
+
+@pytest.mark.parametrize("call", [
+    lambda cp, x, o: cp.exp(x, out=o), lambda cp, x, o: cp.add(x, 1, out=(o,)), lambda cp, x, o: cp.add(x, 1, o),
+    lambda cp, x, o: x.sum(out=o), lambda cp, x, o: np.exp(x, out=o), lambda cp, x, o: cp.matmul(x, x, out=o),
+])
+def test_a_host_out_array_is_refused_not_left_unwritten(cp, call):
+    x, host = cp.arange(3.0), np.zeros(3)
+    with pytest.raises(TypeError, match="out must be a device array|Unsupported type"):
+        call(cp, x, host)
+    assert host.tolist() == [0.0, 0.0, 0.0]
+    device = cp.empty(3)
+    cp.exp(x, out=device)
+    np.testing.assert_allclose(device.get(), np.exp(np.arange(3.0)))

@@ -212,6 +212,12 @@ def forward(name: str, args: tuple, kwargs: dict, entry: Entry | None = None) ->
         if nin is not None and len(args) > nin:  # ufunc outputs given by position: add(a, b, out)
             outs = tuple(args[nin:])
             args, kwargs = tuple(args[:nin]), dict(kwargs, out=outs[0] if len(outs) == 1 else outs)
+    out = kwargs.get("out")
+    if out is not None:
+        for o in (out if type(out) is tuple else (out,)):
+            if o is not None and type(o) is not ndarray:
+                raise TypeError(f"{name}: out must be a device array (cupy.ndarray), not {type(o).__module__}."
+                                f"{type(o).__name__}: write into a device array, then .get() it")
     session, remote, index = _route(args, kwargs)
     args = _large_host_to_device(args, index)
     stream = context.current_stream_id(index)
@@ -228,7 +234,6 @@ def forward(name: str, args: tuple, kwargs: dict, entry: Entry | None = None) ->
         metas = derive(entry, args, kwargs, meta_of)
         if cached and metas is not None:
             _DERIVED.put(key, metas)
-    out = kwargs.get("out")
     if rule in ("none", "self") or out is not None:
         session.call(name, args, kwargs, (), remote, stream, where, key, proxies)
         if rule == "self":
@@ -335,8 +340,22 @@ class ndarray:
     __slots__ = ("_gr_session", "_gr_handle", "_gr_remote", "_gr_device", "_shape", "_dtype", "_gr_layout",
                  "__weakref__")
     __array_priority__ = 100.0
-    __array_ufunc__ = None      # NumPy defers to our reflected operators instead of converting us
     __hash__ = None             # mutable, like numpy and cupy arrays
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        """A NumPy ufunc given a device array runs on the device, as with CuPy: numpy.exp(x) is
+        cupy.exp(x), numpy.add.at(x, i, v) is cupy.add.at. As in CuPy, a host array beside it is
+        refused, not converted (numpy.add(host, x), and so `host + x`), and a ufunc or method
+        gpuremote does not forward gives NotImplemented, for which NumPy raises its TypeError."""
+        for a in (*inputs, *kwargs.get("out", ())):
+            if isinstance(a, numpy.ndarray):
+                raise TypeError(f"Unsupported type {type(a)}: a host array in numpy.{ufunc.__name__} beside a device "
+                                "array; move it with cupy.asarray first")
+        import gpuremote.cupy as module
+        fn = getattr(module, ufunc.__name__, None)
+        if method != "__call__":
+            fn = getattr(fn, method, None)
+        return NotImplemented if fn is None else fn(*inputs, **kwargs)
 
     def __new__(cls, shape=None, dtype=float, *args, **kwargs):
         if shape is None:
