@@ -731,6 +731,10 @@ MORE_FUNCTIONS = {
     "tril_indices": lambda xp, rng: xp.tril_indices(4, -1),
     "triu_indices-m": lambda xp, rng: xp.triu_indices(3, 1, 5),
     "tril_indices-as-index": lambda xp, rng: arr(xp, rng, (4, 4))[xp.tril_indices(4)],
+    "asarray-list-of-arrays": lambda xp, rng: xp.asarray([arr(xp, rng, (3,)), arr(xp, rng, (3,), I32)]),
+    "array-nested-with-scalars": lambda xp, rng: xp.array([[arr(xp, rng, ()), 2.5], [1.0, arr(xp, rng, ())]]),
+    "array-list-dtype-ndmin": lambda xp, rng: xp.array((arr(xp, rng, (2,)), arr(xp, rng, (2,))), dtype=F32,
+                                                        ndmin=3),
 }
 
 

@@ -8,6 +8,7 @@ imports cupy.
 
 from __future__ import annotations
 
+import builtins as _builtins
 import functools as _functools
 
 import numpy as _np
@@ -35,21 +36,49 @@ _names = _namespace.populate(globals(), "", skip=_HOST_CREATION)
 _namespace.add_ufunc_methods(globals())
 
 
+def _holds_device_array(obj, depth: int = 0) -> bool:
+    return type(obj) is ndarray or (type(obj) in (list, tuple) and depth < 32       # (any: this module's)
+                                     and _builtins.any(_holds_device_array(o, depth + 1) for o in obj))
+
+
+def _host(convert, obj, **kwargs):
+    """convert(obj) for host data; None for a list or tuple holding device arrays (NumPy refuses to
+    convert those, and only then is the list searched for them)."""
+    try:
+        return convert(obj, **kwargs)
+    except TypeError:
+        if type(obj) in (list, tuple) and _holds_device_array(obj):
+            return None
+        raise
+
+
+def _stack_nested(obj):
+    """A list or tuple holding device arrays, at any depth, as one device array (as CuPy builds
+    it): stacked on the device, host items uploaded first."""
+    return stack([_stack_nested(o) if type(o) in (list, tuple) else asarray(o) for o in obj])  # noqa: F821
+
+
 def array(obj, dtype=None, copy=True, order="K", subok=False, ndmin=0):
     """An array on the device from host data (list, numpy array, scalar) or another device array."""
-    if type(obj) is ndarray:
-        out = obj.astype(dtype) if dtype is not None else (_forward("copy", (obj,), {}) if copy else obj)
-        if ndmin > out.ndim:
-            out = out.reshape((1,) * (ndmin - out.ndim) + out.shape)
-        return out
-    return _from_host(_np.array(obj, dtype=dtype, ndmin=ndmin))
+    if type(obj) is not ndarray:
+        host = _host(_np.array, obj, dtype=dtype, ndmin=ndmin)
+        if host is not None:
+            return _from_host(host)
+        obj, copy = _stack_nested(obj), False
+    out = obj.astype(dtype) if dtype is not None else (_forward("copy", (obj,), {}) if copy else obj)
+    if ndmin > out.ndim:
+        out = out.reshape((1,) * (ndmin - out.ndim) + out.shape)
+    return out
 
 
 def asarray(a, dtype=None, order=None):
     """`a` itself when it is already a device array of that dtype, else a device copy."""
-    if type(a) is ndarray:
-        return a if dtype is None or _np.dtype(dtype) == a.dtype else a.astype(dtype)
-    return _from_host(_np.asarray(a, dtype=dtype))
+    if type(a) is not ndarray:
+        host = _host(_np.asarray, a, dtype=dtype)
+        if host is not None:
+            return _from_host(host)
+        a = _stack_nested(a)
+    return a if dtype is None or _np.dtype(dtype) == a.dtype else a.astype(dtype)
 
 
 def asanyarray(a, dtype=None, order=None):
