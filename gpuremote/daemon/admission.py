@@ -32,8 +32,8 @@ from typing import Any
 import grpc
 
 from gpuremote._config import DEFAULTS
-from gpuremote.daemon.ledger import Ledger
-from gpuremote.errors import GrantError, OutOfMemoryError
+from gpuremote.daemon.ledger import MemoryLedger
+from gpuremote.errors import GrantError
 from gpuremote.v1 import pool_pb2
 from gpuremote.wire import grants as grant_codec
 
@@ -47,38 +47,17 @@ class Refusal(Exception):
         self.message = message
 
 
-def _oom(nbytes: int, used: int, limit: int, what: str) -> OutOfMemoryError:
-    return OutOfMemoryError(f"Out of memory allocating {nbytes:,} bytes (allocated so far: {used:,} bytes, "
-                            f"{what}: {limit:,} bytes).")
-
-
-class LeaseMemory(Ledger):
-    """One lease's bytes on one device, shared by all its sessions: a Ledger whose parent is the
-    device's, so a charge takes from both or neither (gpuremote/daemon/ledger.py).
-
-    Same interface as backends.base.DeviceMemory (charge, credit, check, capacity, used), so a
-    session uses either without knowing which.
+class LeaseMemory(MemoryLedger):
+    """One lease's bytes on one device, shared by all its sessions: a ledger whose parent is the
+    device's, so a charge takes from both or neither, and a refusal names whichever ran out
+    (gpuremote/daemon/ledger.py). A session uses it as it uses a DeviceMemory.
     """
 
     def __init__(self, device_memory, limit: int, lease_id: str):
         super().__init__(limit, device_memory)      # parent: the device's DeviceMemory
         self.lease_id = lease_id
+        self.limit = f"limit of lease {lease_id} on this device"
         self.refs = 0
-
-    def charge(self, nbytes: int) -> None:
-        refused = self._take(nbytes)
-        if refused == 1:
-            raise _oom(nbytes, self.used, self.capacity, f"limit of lease {self.lease_id} on this device")
-        if refused:
-            raise self.parent.refusal(nbytes)       # the device itself is full
-
-    def credit(self, nbytes: int) -> None:
-        self._give(nbytes)
-
-    def check(self, nbytes: int) -> None:
-        if self.used + nbytes > self.capacity:
-            raise _oom(nbytes, self.used, self.capacity, f"limit of lease {self.lease_id} on this device")
-        self.parent.check(nbytes)
 
 
 class NotGranted:

@@ -6,8 +6,8 @@ takes from (a lease's ledger charges its device's too).
 `_take(nbytes)` -> 0 when taken, else the depth (1: this ledger, 2: its parent) of the first
 without room, nothing taken; `_give(nbytes)` gives bytes back (AssertionError if one went
 negative). The compiled replay loop charges a Ledger's counters without a Python call; the error
-messages and the rest of the interface are Python's (backends/base.DeviceMemory,
-admission.LeaseMemory)."""
+messages and the rest of the interface are Python's: MemoryLedger below, which
+backends/base.DeviceMemory and admission.LeaseMemory are."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import threading
 
 from gpuremote._config import DEFAULTS
 from gpuremote.daemon import native
+from gpuremote.errors import OutOfMemoryError
 
 _LOCK = threading.Lock()    # one for every PyLedger: a charge changes two ledgers at once
 
@@ -65,3 +66,33 @@ def _compiled():
 
 
 Ledger = _compiled() or PyLedger
+
+
+class MemoryLedger(Ledger):
+    """A ledger as a session uses it (charge, credit, check): a refusal is CuPy's OutOfMemoryError,
+    naming the ledger in the chain that ran out by its `limit` (what its capacity is)."""
+
+    limit = "capacity"
+
+    def charge(self, nbytes: int) -> None:
+        depth = self._take(nbytes)
+        if depth:
+            ledger = self
+            for _ in range(depth - 1):
+                ledger = ledger.parent
+            raise ledger.refusal(nbytes)
+
+    def credit(self, nbytes: int) -> None:
+        self._give(nbytes)
+
+    def check(self, nbytes: int) -> None:
+        """Raise OutOfMemoryError now if `nbytes` more could not fit (before running an op)."""
+        ledger = self
+        while ledger is not None:
+            if ledger.used + nbytes > ledger.capacity:
+                raise ledger.refusal(nbytes)
+            ledger = ledger.parent
+
+    def refusal(self, nbytes: int) -> OutOfMemoryError:
+        return OutOfMemoryError(f"Out of memory allocating {nbytes:,} bytes (allocated so far: {self.used:,} bytes, "
+                                f"{self.limit}: {self.capacity:,} bytes).")

@@ -15,9 +15,8 @@ from typing import Any, Callable
 
 import numpy
 
-from gpuremote.daemon.ledger import Ledger
+from gpuremote.daemon.ledger import MemoryLedger
 from gpuremote.daemon.scheduler import DeviceScheduler
-from gpuremote.errors import OutOfMemoryError
 from gpuremote.meta import special_dtype
 
 
@@ -40,27 +39,11 @@ class DeviceProps:
         return props
 
 
-class DeviceMemory(Ledger):
-    """Bytes in use on one device, across every session: the capacity is never exceeded. The
-    counters are a Ledger's (gpuremote/daemon/ledger.py: the compiled replay loop charges them
-    directly); this adds the messages."""
+class DeviceMemory(MemoryLedger):
+    """Bytes in use on one device, across every session: the capacity is never exceeded (the
+    counters are a Ledger's, which the compiled replay loop charges directly: daemon/ledger.py)."""
 
-    def charge(self, nbytes: int) -> None:
-        if self._take(nbytes):
-            raise self.refusal(nbytes)
-
-    def credit(self, nbytes: int) -> None:
-        self._give(nbytes)
-
-    def check(self, nbytes: int) -> None:
-        """Raise OutOfMemoryError now if `nbytes` more could not fit (before running an op)."""
-        if self.used + nbytes > self.capacity:
-            raise self.refusal(nbytes)
-
-    def refusal(self, nbytes: int) -> OutOfMemoryError:
-        return OutOfMemoryError(
-            f"Out of memory allocating {nbytes:,} bytes (allocated so far: {self.used:,} bytes, "
-            f"device capacity: {self.capacity:,} bytes).")
+    limit = "device capacity"
 
 
 def special_function(fn: Callable, is_array: Callable[[Any], bool]) -> Callable:
