@@ -58,7 +58,7 @@ RANDOM_SIZE_POS = {
 RANDOM_GENERATOR = "gpuremote.generator"
 ALWAYS_SEQUENCE = frozenset({"nonzero", "ndarray.nonzero", "split", "array_split", "hsplit", "vsplit",
                              "dsplit", "meshgrid", "broadcast_arrays", "unravel_index", "diag_indices",
-                             "tril_indices", "triu_indices"})
+                             "tril_indices", "triu_indices", "ix_"})
 LIST_RESULTS = frozenset({"split", "array_split", "hsplit", "vsplit", "dsplit"})
 
 
@@ -615,7 +615,7 @@ _SHAPE_ARG = (0, "shape")
 _SPLIT_ARG = ((1, "indices_or_sections"),)
 VALUE_ARGS: dict[str, tuple[tuple[int, str], ...]] = {
     "repeat": ((1, "repeats"),), "ndarray.repeat": ((1, "repeats"),), "tile": ((1, "reps"),),
-    "delete": ((1, "obj"),), "resize": ((1, "new_shape"),), "vander": ((1, "N"),),
+    "delete": ((1, "obj"),), "resize": ((1, "new_shape"),), "vander": ((1, "N"),), "unpackbits": ((2, "count"),),
     "unravel_index": ((1, "shape"),),
     "pad": ((1, "pad_width"),), "split": _SPLIT_ARG, "array_split": _SPLIT_ARG, "hsplit": _SPLIT_ARG,
     "vsplit": _SPLIT_ARG, "dsplit": _SPLIT_ARG, "indices": ((0, "dimensions"),), "diff": ((1, "n"),),
@@ -738,7 +738,7 @@ def nout_of(entry: Entry, args: tuple, kwargs: dict, meta_of: MetaOf) -> int:
     if name == "unique":
         return 1 + sum(bool(arg(i, k, False)) for i, k in
                        ((1, "return_index"), (2, "return_inverse"), (3, "return_counts")))
-    if name in ("meshgrid", "broadcast_arrays") or name.startswith("atleast_"):
+    if name in ("meshgrid", "broadcast_arrays", "ix_") or name.startswith("atleast_"):
         return len(args) if (len(args) != 1 or not name.startswith("atleast_")) else 1
     if name in LIST_RESULTS:
         sections = arg(1, "indices_or_sections")
@@ -754,6 +754,8 @@ def nout_of(entry: Entry, args: tuple, kwargs: dict, meta_of: MetaOf) -> int:
         return 3 if arg(2, "compute_uv", True) else 1
     if name in ("linalg.eigh", "linalg.slogdet", "histogram", "tril_indices", "triu_indices"):
         return 2
+    if name == "histogram2d":
+        return 3
     if name == "unravel_index":
         shape = arg(1, "shape")
         return len(shape) if isinstance(shape, (list, tuple)) else 1

@@ -69,9 +69,10 @@ _PROBE = """concatenate stack hstack vstack dstack column_stack tile repeat pad 
     interp copy ascontiguousarray asfortranarray array_equal allclose array_equiv
     meshgrid indices split array_split hsplit vsplit dsplit broadcast_arrays tri
     polyval polyfit unwrap cumulative_sum append delete iscomplex isreal packbits ravel_multi_index
-    resize select vander unravel_index diag_indices tril_indices triu_indices""".replace("bincount_fixed", "")
+    resize select vander unravel_index diag_indices tril_indices triu_indices nanpercentile nanquantile
+    unpackbits histogram2d""".replace("bincount_fixed", "")
 _DYNAMIC = """nonzero flatnonzero argwhere unique compress extract trim_zeros bincount in1d isin
-    intersect1d union1d setdiff1d setxor1d"""
+    intersect1d union1d setdiff1d setxor1d ix_"""
 _CREATION = "zeros ones empty full eye identity arange linspace logspace"
 _LIKE = "zeros_like ones_like empty_like full_like"
 _NONE = "copyto put place putmask fill_diagonal"

@@ -735,6 +735,23 @@ MORE_FUNCTIONS = {
     "array-nested-with-scalars": lambda xp, rng: xp.array([[arr(xp, rng, ()), 2.5], [1.0, arr(xp, rng, ())]]),
     "array-list-dtype-ndmin": lambda xp, rng: xp.array((arr(xp, rng, (2,)), arr(xp, rng, (2,))), dtype=F32,
                                                         ndmin=3),
+    "nanpercentile": lambda xp, rng: xp.nanpercentile(xp.asarray([[1.0, np.nan, 3.0], [4.0, 2.0, np.nan]]), 50),
+    "nanpercentile-axis-q": lambda xp, rng: xp.nanpercentile(
+        xp.asarray([[1.0, np.nan, 3.0], [4.0, 2.0, np.nan]]), xp.asarray([10.0, 90.0]), axis=1),
+    "nanquantile-keepdims": lambda xp, rng: xp.nanquantile(
+        xp.asarray([[1.0, np.nan], [np.nan, np.nan], [3.0, 5.0]]), 0.25, axis=0, keepdims=True),
+    "unpackbits": lambda xp, rng: xp.unpackbits(xp.asarray([[2], [7], [23]], dtype=np.uint8)),
+    "unpackbits-axis-little": lambda xp, rng: xp.unpackbits(xp.asarray([[2, 255], [7, 0]], dtype=np.uint8),
+                                                            axis=1, bitorder="little"),
+    "histogram2d": lambda xp, rng: xp.histogram2d(arr(xp, rng, (50,)), arr(xp, rng, (50,)), bins=4),
+    "histogram2d-bins-pair-weights": lambda xp, rng: xp.histogram2d(
+        arr(xp, rng, (30,)), arr(xp, rng, (30,)), bins=(3, 5), weights=arr(xp, rng, (30,))),
+    "histogram2d-edges": lambda xp, rng: xp.histogram2d(
+        arr(xp, rng, (40,)), arr(xp, rng, (40,)), bins=xp.linspace(-3.0, 3.0, 7)),
+    "histogram-edges": lambda xp, rng: xp.histogram(arr(xp, rng, (40,)), bins=xp.asarray([-3.0, 0.0, 0.5, 3.0])),
+    "ix_": lambda xp, rng: xp.ix_(xp.asarray([0, 2]), xp.asarray([1, 3, 4])),
+    "ix_-bool-and-list": lambda xp, rng: xp.ix_(xp.asarray([True, False, True]), [0, 1]),
+    "ix_-as-index": lambda xp, rng: arr(xp, rng, (3, 5))[xp.ix_(xp.asarray([0, 2]), xp.asarray([1, 4]))],
 }
 
 

@@ -211,6 +211,12 @@ CASES = [
     ("unravel_index", (a(2, 3, dtype=I), (5, 5)), {}), ("unravel_index", (7, (2, 4)), {}),
     ("diag_indices", (5,), {}), ("diag_indices", (3, 4), {}), ("tril_indices", (6, -1), {}),
     ("triu_indices", (4, 2, 9), {}), ("tril_indices", (0,), {}),
+    ("nanpercentile", (x34, 50), {}), ("nanquantile", (x34, a(3)), {"axis": 1}),
+    ("unpackbits", (a(3, 4, dtype=np.uint8),), {}), ("unpackbits", (a(3, 4, dtype=np.uint8), 1), {}),
+    ("unpackbits", (a(3, 4, dtype=np.uint8), 0), {"count": 40}), ("unpackbits", (a(5, dtype=np.uint8),), {"count": -3}),
+    ("histogram2d", (v5, v5), {}), ("histogram2d", (a(30), a(30)), {"bins": (3, 7)}),
+    ("histogram2d", (a(30), a(30)), {"bins": [np.linspace(0, 1, 4), 6]}),
+    ("ix_", (a(3, dtype=I), a(4, dtype=B)), {}), ("ix_", ([0, 1, 2], [1]), {}),
 ]
 
 
@@ -258,8 +264,12 @@ def test_hostile_bounds_without_running():
     assert b("ndarray.__getitem__", a(10**3), (np.zeros((10**5, 1), int), np.zeros((1, 10**5), int))) == 10**10 * 8
     assert b("array_split", v5, 10**9) >= 10**9 * 100                    # views, but 10**9 host objects
     assert b("isin", np.array([1]), np.array([0, 2**40]), kind="table") > 2**40
+    assert b("unpackbits", np.zeros(4, np.uint8), count=2**40) >= 2**40
+    assert b("histogram2d", v5, v5, bins=10**6) >= 10**12 * 8
     with pytest.raises(NotImplementedError, match="integer and array bins"):
         b("histogram", v5, bins="auto")
+    with pytest.raises(NotImplementedError, match="integer and array bins"):
+        b("histogram2d", v5, v5, bins=["auto", 3])
     with pytest.raises(ValueError, match="elements where a few values"):
         b("tile", v5, np.ones(10**5, int))
 
@@ -355,6 +365,8 @@ HOSTILE = {
     "cov": lambda cp: cp.cov(cp.ones((2**14, 2))),
     "histogram-bins": lambda cp: cp.histogram(cp.ones(N), bins=G)[0],
     "polyfit-deg": lambda cp: cp.polyfit(cp.arange(N, dtype=cp.float64), cp.ones(N), G // N),
+    "unpackbits-count": lambda cp: cp.unpackbits(cp.zeros(N, dtype=cp.uint8), count=G),
+    "histogram2d-bins": lambda cp: cp.histogram2d(cp.ones(N), cp.ones(N), bins=2**14)[0],
 }
 
 

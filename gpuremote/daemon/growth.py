@@ -772,6 +772,47 @@ def _quantile(args, kwargs, meta_of) -> int:
     return (max(math.prod(q[0]), 1) * kept + _span(shape)) * isz    # results, and the partitioned copy
 
 
+def _nanquantile(args, kwargs, meta_of) -> int:
+    """nanpercentile/nanquantile: quantile's bound, and a copy of the data with its NaN mask."""
+    shape, dtype = _meta(_arg(args, kwargs, 0, "a"), meta_of)
+    return _quantile(args, kwargs, meta_of) + _span(shape) * (max(8, dtype.itemsize) + 1)
+
+
+def _unpackbits(args, kwargs, meta_of) -> int:
+    """Eight bits of each byte, or `count` bits of each row along the axis (zeros past its bytes)."""
+    shape, _ = _meta(_arg(args, kwargs, 0, "a"), meta_of)
+    axis, count = _arg(args, kwargs, 1, "axis", None), _arg(args, kwargs, 2, "count", None)
+    along = _span(shape) if axis is None else max(_span([shape[a] for a in _axes(axis, len(shape)) or ()]), 1)
+    bits = 8 * along if count is None else max(abs(_int(count, meta_of)), 8 * along)
+    return _span(shape) // max(along, 1) * bits + _span(shape)      # the result, and a contiguous copy
+
+
+def _histogram2d(args, kwargs, meta_of) -> int:
+    """(H, xedges, yedges): H holds a bin per pair of edges; NumPy also stacks the samples, finds
+    each one's bin along both axes and counts the flat bins (bincount)."""
+    x, _ = _meta(_arg(args, kwargs, 0, "x"), meta_of)
+    bins = _arg(args, kwargs, 2, "bins", 10)
+    if isinstance(bins, str) or (type(bins) in (list, tuple) and any(isinstance(b, str) for b in bins)):
+        raise NotImplementedError("histogram2d: only integer and array bins are implemented (as in CuPy)")
+    m = meta_of(bins)
+    if m is not NOT_ARRAY:
+        edges = [math.prod(m[0])] * 2           # one array: the edges of both axes
+    elif type(bins) in (list, tuple) and len(bins) == 2:
+        edges = [math.prod(_meta(b, meta_of)[0]) if meta_of(b) is not NOT_ARRAY or type(b) in (list, tuple)
+                 else operator.index(b) + 1 for b in bins]
+    else:
+        edges = [operator.index(bins) + 1] * 2
+    cells = math.prod(max(e, 1) + 1 for e in edges)
+    return (3 * cells + sum(edges)) * 8 + 6 * _span(x) * 8
+
+
+def _ix(args, kwargs, meta_of) -> int:
+    """ix_: each argument as an index array shaped to broadcast (a view of an integer array, the
+    indices of the True items of a boolean one, a new array of a list)."""
+    return sum(max(_leaves(a, meta_of, set()), 1) if meta_of(a) is NOT_ARRAY else _span(meta_of(a)[0])
+               for a in args) * _INDEX
+
+
 def _cov(args, kwargs, meta_of) -> int:
     """cov/corrcoef: a V x V matrix of the V variables (rows, or columns with rowvar=False)."""
     m = _meta(_arg(args, kwargs, 0, "m" if "m" in kwargs else "x"), meta_of)
@@ -1029,6 +1070,8 @@ _BOUNDS: dict[str, Callable] = {
     "meshgrid": _meshgrid, "cross": _cross, "take": _take, "ndarray.take": _take,
     "take_along_axis": _take_along_axis, "choose": _choose, "searchsorted": _searchsorted,
     "ndarray.searchsorted": _searchsorted, "percentile": _quantile, "quantile": _quantile,
+    "nanpercentile": _nanquantile, "nanquantile": _nanquantile, "unpackbits": _unpackbits,
+    "histogram2d": _histogram2d, "ix_": _ix,
     "cov": _cov, "corrcoef": _cov, "histogram": _histogram, "bincount": _bincount, "isin": _isin,
     "in1d": _isin, "diff": _diff, "gradient": _gradient, "cumulative_sum": _cumulative_sum,
     "polyval": _polyval, "polyfit": _polyfit, "linalg.solve": _solve, "linalg.qr": _qr,
