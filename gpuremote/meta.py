@@ -514,7 +514,14 @@ def _generator(entry, args, kwargs, meta_of):
     return [(normalize_shape(size, dtype.itemsize), dtype)]
 
 
+# Probe names whose metadata is left to the daemon: polyfit on zero stand-ins makes LAPACK print an
+# error on the user's terminal (it scales by their norm, 0), and full=True shapes depend on the rank.
+_NOT_PROBED = frozenset({"polyfit"})
+
+
 def _probe(entry, args, kwargs, meta_of):
+    if entry.name in _NOT_PROBED:
+        raise Unknown
     seen = []
 
     def small(m):
@@ -754,6 +761,24 @@ def nout_of(entry: Entry, args: tuple, kwargs: dict, meta_of: MetaOf) -> int:
         return 3 if arg(2, "compute_uv", True) else 1
     if name in ("linalg.eigh", "linalg.slogdet", "histogram", "tril_indices", "triu_indices"):
         return 2
+    if name == "indices" and arg(2, "sparse", False):
+        return len(arg(0, "dimensions"))
+    if name == "linspace":          # (gpuremote.cupy.linspace computes the step itself: never sent)
+        return 2 if arg(5, "retstep", False) else 1
+    if name == "average":
+        return 2 if arg(3, "returned", False) else 1
+    if name == "intersect1d":
+        return 3 if arg(3, "return_indices", False) else 1
+    if name == "polyfit":
+        return 5 if arg(4, "full", False) else 2 if arg(6, "cov", False) else 1
+    if name == "gradient":          # one array per axis differentiated (the array itself for one)
+        m = meta_of(args[0]) if args else meta_of(kwargs.get("f"))
+        axis = kwargs.get("axis")
+        if axis is not None:
+            return len(axis) if isinstance(axis, (list, tuple)) else 1
+        if m is None or m is NOT_ARRAY:
+            raise Unknown
+        return max(len(m[0]), 1)
     if name == "histogram2d":
         return 3
     if name == "unravel_index":
