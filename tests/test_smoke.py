@@ -159,3 +159,23 @@ def test_a_host_out_array_is_refused_not_left_unwritten(cp, call):
     device = cp.empty(3)
     cp.exp(x, out=device)
     np.testing.assert_allclose(device.get(), np.exp(np.arange(3.0)))
+
+
+def test_copies_land_on_the_current_device_in_the_order_asked(cp):
+    # CuPy moves an array between devices by copying it under the other one (array, asarray, copy).
+    host = np.arange(6.0).reshape(2, 3)
+    x0 = cp.asarray(host)
+    assert cp.asarray(x0) is x0                                 # already here: itself
+    with cp.cuda.Device(1):
+        moved = [cp.array(x0), cp.asarray(x0), cp.copy(x0), x0.copy(), cp.asarray(x0, dtype=cp.float32),
+                 cp.array(x0, order="F"), cp.asfortranarray(x0).copy(order="K")]
+        assert [m.device.id for m in moved] == [1] * len(moved)
+        assert [m.flags.f_contiguous for m in moved] == [False] * 5 + [True, True]
+        for m in moved:
+            np.testing.assert_array_equal(m.get(), host)
+        assert float((moved[0] + 1).sum()) == 21.0              # and usable there
+    assert x0.copy().device.id == 0
+    for made in (cp.array(host, order="F"), cp.asarray(host, order="F"), cp.array(np.asfortranarray(host))):
+        assert made.flags.f_contiguous and not made.flags.c_contiguous
+        np.testing.assert_array_equal(made.get(), host)
+    assert cp.array(host).flags.c_contiguous and cp.array(host.T, order="C").flags.c_contiguous

@@ -20,7 +20,7 @@ from numpy import (bool_, byte, ubyte, short, ushort, intc, uintc, int_, uint, l
                    signedinteger, unsignedinteger, floating, complexfloating, inexact)
 
 from gpuremote.cupy import _namespace
-from gpuremote.cupy._core import forward as _forward, from_host as _from_host, ndarray
+from gpuremote.cupy._core import forward as _forward, from_host as _from_host, ndarray, to_device as _to_device
 from gpuremote.cupy._kernel import ElementwiseKernel, RawKernel, RawModule, ReductionKernel  # noqa: F401
 from gpuremote import __version__ as _gpuremote_version
 from gpuremote.errors import OutOfMemoryError  # noqa: F401
@@ -58,27 +58,55 @@ def _stack_nested(obj):
     return stack([_stack_nested(o) if type(o) in (list, tuple) else asarray(o) for o in obj])  # noqa: F821
 
 
+def _uploaded(host, order):
+    """Host array `host` on the current device, in the order asked ("F", or "K"/"A"/None keeping a
+    Fortran-ordered host array's layout): uploads are C-ordered, so a Fortran one is laid out again."""
+    out = _from_host(host)
+    fortran = order == "F" or (order in ("K", "A", None) and host.ndim > 1 and host.flags.f_contiguous
+                               and not host.flags.c_contiguous)
+    return _forward("asfortranarray", (out,), {}) if fortran and host.ndim > 1 else out
+
+
+def _here(a):
+    """Device array `a`, moved to the current device when it lives on another (as CuPy's array and
+    asarray do: its documented way to move data between devices); None when it is already there."""
+    index = cuda.runtime.getDevice()
+    return _to_device(a, index) if a._gr_device != index else None
+
+
 def array(obj, dtype=None, copy=True, order="K", subok=False, ndmin=0):
-    """An array on the device from host data (list, numpy array, scalar) or another device array."""
+    """An array on the current device from host data (list, numpy array, scalar) or from a device
+    array (copied from another device when it lives there)."""
     if type(obj) is not ndarray:
         host = _host(_np.array, obj, dtype=dtype, ndmin=ndmin)
         if host is not None:
-            return _from_host(host)
+            return _uploaded(host, order)
         obj, copy = _stack_nested(obj), False
+    moved = _here(obj)
+    if moved is not None:
+        obj, copy = moved, False
     out = obj.astype(dtype) if dtype is not None else (_forward("copy", (obj,), {}) if copy else obj)
     if ndmin > out.ndim:
         out = out.reshape((1,) * (ndmin - out.ndim) + out.shape)
+    if order == "F" and out.ndim > 1 and not out.flags.f_contiguous:
+        out = _forward("asfortranarray", (out,), {})
     return out
 
 
 def asarray(a, dtype=None, order=None):
-    """`a` itself when it is already a device array of that dtype, else a device copy."""
+    """`a` itself when it is already a device array of that dtype on the current device, else a
+    device copy (moved from another device when it lives there)."""
     if type(a) is not ndarray:
         host = _host(_np.asarray, a, dtype=dtype)
         if host is not None:
-            return _from_host(host)
+            return _uploaded(host, order)
         a = _stack_nested(a)
-    return a if dtype is None or _np.dtype(dtype) == a.dtype else a.astype(dtype)
+    moved = _here(a)
+    a = a if moved is None else moved
+    out = a if dtype is None or _np.dtype(dtype) == a.dtype else a.astype(dtype)
+    if order == "F" and out.ndim > 1 and not out.flags.f_contiguous:
+        out = _forward("asfortranarray", (out,), {})
+    return out
 
 
 def asanyarray(a, dtype=None, order=None):
@@ -86,7 +114,11 @@ def asanyarray(a, dtype=None, order=None):
 
 
 def copy(a, order="K"):
-    return _forward("copy", (a,), {}) if type(a) is ndarray else _from_host(_np.array(a))
+    """A copy on the current device (moved there from another device, as CuPy does)."""
+    if type(a) is not ndarray:
+        return _uploaded(_np.array(a, order=order), order)
+    moved = _here(a)
+    return moved if moved is not None else _forward("copy", (a,), {} if order == "K" else {"order": order})
 
 
 def ascontiguousarray(a, dtype=None):

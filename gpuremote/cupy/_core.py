@@ -276,6 +276,15 @@ def from_host(host: numpy.ndarray, index: int | None = None) -> "ndarray":
     return ndarray._wrap(session, handle, ref.remote_index, index, (tuple(host.shape), host.dtype))
 
 
+def to_device(a: "ndarray", index: int) -> "ndarray":
+    """A copy of device array `a` on process device `index` (CuPy moves an array between devices by
+    copying it under the other one). The bytes pass through this process, D2H then H2D: the two
+    devices may be on different hosts. The layout (C or Fortran order) is kept."""
+    fortran = a.ndim > 1 and a.flags.f_contiguous and not a.flags.c_contiguous
+    moved = from_host(a.get(), index)
+    return forward("asfortranarray", (moved,), {}) if fortran else moved
+
+
 def compiled_call(name: str, entry: Entry):
     """native/forward.c's call for surface name `name`, or None where it never applies (no array
     result, a service, a result that may be a sequence) or was not built: call(name, args, kwargs,
@@ -581,6 +590,21 @@ for _name in SURFACE:
         else:
             setattr(ndarray, _attr, _method(_name))
 del _name, _attr
+
+_copy_here = ndarray.copy
+
+
+def _copy(self, order="C"):
+    """A copy of the array on the current device: across devices this is how CuPy moves an array
+    (`with Device(1): y = x.copy()`), made here through the host (to_device)."""
+    index = context.current_device_index()
+    if self._gr_device != index:
+        moved = to_device(self, index)
+        return moved if order in ("K", "A") else forward("copy", (moved,), {"order": order})
+    return _copy_here(self) if order == "C" else _copy_here(self, order)
+
+
+ndarray.copy = _copy
 
 
 _release_on_del = ndarray.__del__
