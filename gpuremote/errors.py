@@ -39,6 +39,19 @@ class CUDADeviceRequiredError(GpuremoteError, RuntimeError):
     """A CUDA kernel was called on a device that cannot run CUDA code (the emulated backend)."""
 
 
+class CUDARuntimeError(GpuremoteError, RuntimeError, ValueError):
+    """cupy.cuda.runtime.CUDARuntimeError: a device call CUDA would refuse, with CUDA's status code
+    (`status`); raised for a device index this process does not have (also a ValueError: a bad
+    argument)."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+INVALID_DEVICE = 101    # cudaErrorInvalidDevice
+
+
 class LimitExceededError(GpuremoteError, ValueError):
     """A request went past one of the documented limits (handles, rank, message size, ...)."""
 

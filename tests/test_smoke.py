@@ -148,6 +148,29 @@ def test_numpy_ufuncs_on_device_arrays_run_on_the_device(cp):
 
 
 @pytest.mark.parametrize("call", [
+    lambda cp, x, h: x + h, lambda cp, x, h: h * x, lambda cp, x, h: x.__radd__(h), lambda cp, x, h: cp.add(x, h),
+    lambda cp, x, h: cp.add(x, h, dtype=cp.float32), lambda cp, x, h: cp.where(x > 1, x, h),
+    lambda cp, x, h: x - np.array(2.0),
+])
+def test_elementwise_ops_refuse_host_arrays_as_cupy_does(cp, call):
+    x = cp.arange(4.0)
+    for _ in range(3):                      # the first call, and again once it is a call template
+        with pytest.raises(TypeError, match="Unsupported type <class 'numpy.ndarray'>.*cupy.asarray"):
+            call(cp, x, np.ones(4))
+    assert (x + np.float32(1)).get().tolist() == [1.0, 2.0, 3.0, 4.0]     # NumPy scalars are scalars
+
+
+def test_astype_without_copy_and_bad_devices_as_in_cupy(cp):
+    x = cp.ones(3)
+    assert x.astype(x.dtype, copy=False) is x and x.astype("float64", copy=False) is x
+    assert x.astype(x.dtype) is not x and x.astype(cp.float32, copy=False).dtype == np.float32
+    with pytest.raises(cp.cuda.runtime.CUDARuntimeError, match="cudaErrorInvalidDevice") as err:
+        with cp.cuda.Device(99):
+            pass
+    assert err.value.status == 101 and isinstance(err.value, ValueError)
+
+
+@pytest.mark.parametrize("call", [
     lambda cp, x, o: cp.exp(x, out=o), lambda cp, x, o: cp.add(x, 1, out=(o,)), lambda cp, x, o: cp.add(x, 1, o),
     lambda cp, x, o: x.sum(out=o), lambda cp, x, o: np.exp(x, out=o), lambda cp, x, o: cp.matmul(x, x, out=o),
 ])

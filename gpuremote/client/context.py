@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from gpuremote.client.session import Session
 from gpuremote.client.stats import STATS, will_write
+from gpuremote.errors import INVALID_DEVICE, CUDARuntimeError
 
 
 @dataclass(frozen=True)
@@ -112,7 +113,8 @@ def devices() -> list[DeviceRef]:
 def device(index: int) -> DeviceRef:
     devs = devices()
     if not 0 <= index < len(devs):
-        raise ValueError(f"device {index} does not exist: this process has {len(devs)} device(s) (0..{len(devs) - 1})")
+        raise CUDARuntimeError(INVALID_DEVICE, f"cudaErrorInvalidDevice: invalid device ordinal: device {index} does "
+                               f"not exist; this process has {len(devs)} device(s) (0..{len(devs) - 1})")
     return devs[index]
 
 

@@ -133,6 +133,8 @@ def elementwise_fast(name: str, entry: Entry, args: tuple):
     key = _signature(name, args, _NO_KWARGS, proxies)
     metas = _DERIVED.get(key) if key is not None else None
     if metas is None:
+        if key is None:                 # (a host array has no signature)
+            _refuse_host_arrays(name, args)
         metas = fast_elementwise(entry, args, meta_of)
         if metas is None:
             return None
@@ -203,6 +205,15 @@ def _signature(name: str, args: tuple, kwargs: dict, proxies: list) -> tuple | N
     return tuple(key)
 
 
+def _refuse_host_arrays(name: str, args: tuple) -> None:
+    """As in CuPy, an elementwise op (ufunc, operator) takes device arrays and scalars, not host
+    arrays: converting one would hide a host-to-device copy in every call."""
+    for a in args:
+        if isinstance(a, numpy.ndarray):
+            raise TypeError(f"Unsupported type {type(a)}: {name} takes device arrays and scalars, not a host "
+                            "array; move it to the device with cupy.asarray first")
+
+
 def forward(name: str, args: tuple, kwargs: dict, entry: Entry | None = None) -> Any:
     """Run surface call `name` on the device: queued, results returned as proxies at once."""
     if entry is None:
@@ -212,6 +223,8 @@ def forward(name: str, args: tuple, kwargs: dict, entry: Entry | None = None) ->
         if nin is not None and len(args) > nin:  # ufunc outputs given by position: add(a, b, out)
             outs = tuple(args[nin:])
             args, kwargs = tuple(args[:nin]), dict(kwargs, out=outs[0] if len(outs) == 1 else outs)
+    if entry.rule == "elementwise":
+        _refuse_host_arrays(name, args)
     out = kwargs.get("out")
     if out is not None:
         for o in (out if type(out) is tuple else (out,)):
@@ -605,6 +618,20 @@ def _copy(self, order="C"):
 
 
 ndarray.copy = _copy
+_astype_here = ndarray.astype
+
+
+def _astype(self, dtype, *args, **kwargs):
+    """The array cast to `dtype` (numpy.ndarray.astype's arguments); with copy=False and the dtype
+    it already has, the array itself, as in CuPy and NumPy."""
+    copy = args[3] if len(args) > 3 else kwargs.get("copy", True)
+    order = args[0] if args else kwargs.get("order", "K")
+    if not copy and order in ("K", "A") and self._dtype is not None and numpy.dtype(dtype) == self._dtype:
+        return self
+    return _astype_here(self, dtype, *args, **kwargs)
+
+
+ndarray.astype = _astype
 
 
 _release_on_del = ndarray.__del__

@@ -9,6 +9,7 @@ import operator
 from gpuremote.client import context
 from gpuremote.cupy._core import service_call, sync_device
 from gpuremote.cupy.cuda._stream import on_stream
+from gpuremote.errors import CUDARuntimeError  # noqa: F401  (cupy.cuda.runtime.CUDARuntimeError)
 
 
 def getDeviceCount() -> int:
