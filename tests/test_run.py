@@ -179,11 +179,12 @@ def test_inf_and_nan_come_without_warnings_from_the_daemon(tmp_path):
     # process, sharing its terminal) prints no NumPy RuntimeWarning naming its own lines.
     path = script(tmp_path, """
         import cupy
-        print(float(cupy.exp(cupy.asarray([1000.0]))[0]), float(cupy.log(cupy.asarray([-1.0]))[0]))
+        print(float(cupy.exp(cupy.asarray([1000.0]))[0]), float(cupy.log(cupy.asarray([-1.0]))[0]),
+              float(cupy.mean(cupy.zeros(0))), float(cupy.std(cupy.ones(1), ddof=1)))
     """)
     got = wrapped([sys.executable, path])
     assert got.returncode == 0, got.stderr
-    assert got.stdout.split() == ["inf", "nan"]
+    assert got.stdout.split() == ["inf", "nan", "nan", "nan"]
     assert "Warning" not in got.stderr, got.stderr
 
 

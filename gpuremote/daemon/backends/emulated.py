@@ -96,9 +96,10 @@ class EmulatedBackend(Backend):
         super().__init__(props)
         from threadpoolctl import threadpool_limits
         self._blas_limit = threadpool_limits(limits=DEFAULTS.emulate_blas_threads, user_api="blas")
-        # A GPU computes inf and NaN without a word; NumPy warns (exp(1000) overflows), and the
-        # warning would name the daemon's own line in its log or `gpuremote run`'s terminal.
-        warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"gpuremote\.daemon\.")
+        # A GPU computes inf and NaN without a word; NumPy warns (exp(1000) overflows, the mean of an
+        # empty array), and the warning would name the daemon's or NumPy's own line in its log or
+        # `gpuremote run`'s terminal.
+        warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"(gpuremote\.daemon|numpy|scipy)\.")
 
     def close(self):
         self._blas_limit.restore_original_limits()
