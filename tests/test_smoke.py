@@ -147,6 +147,17 @@ def test_numpy_ufuncs_on_device_arrays_run_on_the_device(cp):
         np.ones(4) + x                      # a host array beside it: refused, as by CuPy
 
 
+def test_numpy_functions_on_device_arrays_run_on_the_device(cp):
+    x, host = cp.arange(4.0), np.arange(4.0)
+    for got, want in [(np.concatenate([x, x]), np.concatenate([host, host])), (np.where(x > 1, x, 0), np.where(host > 1, host, 0)),
+                      (np.linalg.norm(x), np.linalg.norm(host)), (np.fft.fft(x), np.fft.fft(host)),
+                      (np.stack([x, x], axis=1), np.stack([host, host], axis=1))]:
+        assert type(got) is cp.ndarray
+        np.testing.assert_allclose(got.get(), want)
+    with pytest.raises(TypeError, match="no implementation found for 'numpy.insert'"):
+        np.insert(x, 1, 5.0)                # a function gpuremote does not forward: NumPy's TypeError
+
+
 @pytest.mark.parametrize("call", [
     lambda cp, x, h: x + h, lambda cp, x, h: h * x, lambda cp, x, h: x.__radd__(h), lambda cp, x, h: cp.add(x, h),
     lambda cp, x, h: cp.add(x, h, dtype=cp.float32), lambda cp, x, h: cp.where(x > 1, x, h),

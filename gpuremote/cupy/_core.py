@@ -379,6 +379,18 @@ class ndarray:
             fn = getattr(fn, method, None)
         return NotImplemented if fn is None else fn(*inputs, **kwargs)
 
+    def __array_function__(self, func, types, args, kwargs):
+        """A NumPy function given a device array runs as gpuremote.cupy's function of the same name,
+        as with CuPy: numpy.concatenate([x, y]) is cupy.concatenate, numpy.linalg.norm(x) is
+        cupy.linalg.norm. For one gpuremote does not have, NotImplemented: NumPy raises its TypeError."""
+        import gpuremote.cupy as target
+        for part in func.__module__.split(".")[1:]:     # numpy.linalg.norm: gpuremote.cupy.linalg
+            target = getattr(target, part, None) if not part.startswith("_") else None
+        mirror = getattr(target, func.__name__, None) if target is not None else None
+        if mirror is None or mirror is func or not callable(mirror):
+            return NotImplemented
+        return mirror(*args, **kwargs)
+
     def __new__(cls, shape=None, dtype=float, *args, **kwargs):
         if shape is None:
             return object.__new__(cls)
