@@ -232,3 +232,4 @@ def fuse(*args, **kwargs):
     if args:
         raise TypeError("fuse() takes keyword arguments only (kernel_name), or the function to decorate")
     return decorate
+from gpuremote.cupy._composed import *  # noqa: E402,F401,F403  (names built from forwarded ops)

@@ -1,5 +1,5 @@
-"""cupyx for gpuremote: pinned host buffers, scatter_add/max/min (the ufuncs' `at`) and the
-scipy.special basics.
+"""cupyx for gpuremote: pinned host buffers, scatter_add/max/min (the ufuncs' `at`), rsqrt, the
+scipy.special basics and profiler (benchmark, time_range).
 
 Pinned buffers live in page-aligned shared memory (memfd segments, reused once dropped): a
 daemon on the same host maps them, so an upload from one is a single copy, read in place by the
@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy
 
 import gpuremote.cupy as _cupy
-from gpuremote.cupyx import scipy  # noqa: F401
+from gpuremote.cupyx import profiler, scipy  # noqa: F401
 from gpuremote.transport.buffers import pinned as _pinned
 
 
@@ -54,3 +54,11 @@ def scatter_min(a, slices, value) -> None:
 def get_array_module(*args):
     from gpuremote.cupy import get_array_module as _gam
     return _gam(*args)
+
+
+def rsqrt(x, out=None):
+    """1 / sqrt(x), elementwise (cupyx.rsqrt): two forwarded ufuncs, sqrt then reciprocal, where
+    CuPy runs one kernel. The dtype is sqrt's, as CuPy's loops give it (float16/32/64 and complex;
+    an integer or bool array becomes float); 0 gives inf, a negative real NaN."""
+    root = _cupy.sqrt(x)
+    return _cupy.reciprocal(root) if out is None else _cupy.reciprocal(root, out=out)
