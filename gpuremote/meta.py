@@ -232,6 +232,8 @@ def _reduce(entry, args, kwargs, meta_of):
         raise Unknown
     if len(args) > 2 or "out" in kwargs:
         return _probe(entry, args, kwargs, meta_of)
+    if 0 in m[0]:       # max of nothing: NumPy's error now, from an empty stand-in (it allocates nothing)
+        _quiet(_call, entry, (numpy.empty(m[0], m[1]),) + tuple(args[1:]), kwargs)
     dtypes = _cached_probe(entry, args, kwargs, meta_of, _unit)
     shape, ndim = m[0], len(m[0])
     axis = args[1] if len(args) > 1 else kwargs.get("axis")
@@ -314,9 +316,31 @@ def _index_stand_in(meta_of):
     return make
 
 
+def check_masks(shape: tuple, key, meta_of) -> None:
+    """IndexError, as NumPy raises it, for a boolean mask in `key` whose shape is not that of the
+    axes of `shape` it covers; checked for keys of ints, slices and index arrays (with an Ellipsis
+    or newaxis in the key NumPy's own check, on the daemon, reports it)."""
+    axis = 0
+    for k in key if type(key) is tuple else (key,):
+        if k is None or k is Ellipsis or type(k) in (bool, list, tuple):
+            return                      # (a bool or a list may cover no axis, or several)
+        m = meta_of(k)
+        if m is None or (m is not NOT_ARRAY and m[1].kind == "b" and not m[0]):
+            return
+        if m is not NOT_ARRAY and m[1].kind == "b":
+            for d, (size, mask) in enumerate(zip(shape[axis:], m[0]), axis):
+                if size != mask:
+                    raise IndexError(f"boolean index did not match indexed array along axis {d}; size of axis is "
+                                     f"{size} but size of corresponding boolean axis is {mask}")
+            axis += len(m[0])
+        else:
+            axis += 1
+
+
 def _view(entry, args, kwargs, meta_of):
     base = _substitute(args[0], virtual, meta_of)
     if entry.attr == "__getitem__":
+        check_masks(base.shape, args[1], meta_of)
         key = _substitute(args[1], _index_stand_in(meta_of), meta_of)
         indices = [k.shape for k in (key if type(key) is tuple else (key,)) if isinstance(k, numpy.ndarray)]
         if indices and math.prod(numpy.broadcast_shapes(*indices)) > PROBE_RESULT_ELEMENTS:
@@ -461,6 +485,31 @@ def _param_shape(obj, meta_of) -> tuple:
     return ()
 
 
+def _check_random_values(attr: str, args: tuple, kwargs: dict, size, meta_of: MetaOf) -> None:
+    """NumPy's ValueError now, at the caller's line, for scalar arguments no draw can satisfy: an
+    empty randint range, a choice without replacement of more items than there are."""
+    def arg(i, name, default=None):
+        return args[i] if len(args) > i else kwargs.get(name, default)
+
+    def integer(x):
+        return isinstance(x, (int, numpy.integer)) and not isinstance(x, (bool, numpy.bool_))
+
+    if attr == "randint":
+        low, high = arg(0, "low"), arg(1, "high")
+        if high is None and integer(low) and low <= 0:
+            raise ValueError("high <= 0")
+        if integer(low) and integer(high) and low >= high:
+            raise ValueError("low >= high")
+    elif attr == "choice" and not arg(2, "replace", True):
+        a = arg(0, "a")
+        m = meta_of(a)
+        population = int(a) if integer(a) else math.prod(m[0][:1]) if m not in (None, NOT_ARRAY) and m[0] else None
+        wanted = math.prod(size) if isinstance(size, (tuple, list)) and all(integer(x) for x in size) else \
+            size if integer(size) else None
+        if population is not None and wanted is not None and wanted > population:
+            raise ValueError("Cannot take a larger sample than population when 'replace=False'")
+
+
 def _random(entry, args, kwargs, meta_of):
     attr = entry.attr
     if attr in ("rand", "randn"):
@@ -469,6 +518,7 @@ def _random(entry, args, kwargs, meta_of):
         return [(shape, dtype)]
     pos = RANDOM_SIZE_POS[attr]
     size = args[pos] if len(args) > pos else kwargs.get("size")
+    _check_random_values(attr, args, kwargs, size, meta_of)
     if attr == "choice":
         a = args[0] if args else kwargs.get("a")
         ma = meta_of(a)
@@ -519,7 +569,26 @@ def _generator(entry, args, kwargs, meta_of):
 _NOT_PROBED = frozenset({"polyfit"})
 
 
+# linalg functions of square matrices (solve: its first argument), and the error NumPy gives
+# otherwise: checked on the shapes, since the probe's zero stand-ins fail as singular anyway.
+_SQUARE = frozenset({"linalg.inv", "linalg.det", "linalg.slogdet", "linalg.solve", "linalg.cholesky",
+                     "linalg.eigh", "linalg.eigvalsh", "linalg.matrix_power"})
+
+
+def _check_square(args, meta_of) -> None:
+    m = meta_of(args[0]) if args else None
+    if m is None or m is NOT_ARRAY:
+        return
+    shape = m[0]
+    if len(shape) < 2:
+        raise numpy.linalg.LinAlgError(f"{len(shape)}-dimensional array given. Array must be at least two-dimensional")
+    if shape[-1] != shape[-2]:
+        raise numpy.linalg.LinAlgError("Last 2 dimensions of the array must be square")
+
+
 def _probe(entry, args, kwargs, meta_of):
+    if entry.name in _SQUARE:
+        _check_square(args, meta_of)
     if entry.name in _NOT_PROBED:
         raise Unknown
     seen = []
@@ -715,6 +784,8 @@ def derive(entry: Entry, args: tuple, kwargs: dict, meta_of: MetaOf) -> list[Met
         kwargs = without_generator(kwargs)
     rule = _RULES.get(entry.rule)
     if rule is None:
+        if entry.name == "ndarray.__setitem__" and len(args) == 3:
+            _check_assignment(args, meta_of)
         return [] if entry.rule in ("none", "value") else None
     if entry.name == "where" and len(args) == 1:
         return None
@@ -723,6 +794,28 @@ def derive(entry: Entry, args: tuple, kwargs: dict, meta_of: MetaOf) -> list[Met
         return rule(entry, args, kwargs, meta_of)
     except Unknown:
         return None
+
+
+def _check_assignment(args: tuple, meta_of: MetaOf) -> None:
+    """x[key] = value: NumPy's ValueError now when value's shape cannot broadcast into the indexed
+    part (its shape derived as x[key]'s), and IndexError for a mask that does not fit x."""
+    target, key, value = args
+    m = meta_of(target)
+    if m is None or m is NOT_ARRAY:
+        return
+    check_masks(m[0], key, meta_of)
+    v = meta_of(value)
+    if v is None or v is NOT_ARRAY:
+        return
+    try:
+        part = _view(SURFACE["ndarray.__getitem__"], (target, key), {}, meta_of)[0][0]
+    except Unknown:
+        return
+    shape = tuple(v[0])
+    while len(shape) > len(part) and shape[0] == 1:     # leading ones of the value are dropped
+        shape = shape[1:]
+    if len(shape) > len(part) or any(a != b and a != 1 for a, b in zip(shape[::-1], part[::-1])):
+        raise ValueError(f"could not broadcast input array from shape {tuple(v[0])} into shape {part}")
 
 
 def without_generator(kwargs: dict) -> dict:

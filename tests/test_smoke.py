@@ -213,3 +213,47 @@ def test_copies_land_on_the_current_device_in_the_order_asked(cp):
         assert made.flags.f_contiguous and not made.flags.c_contiguous
         np.testing.assert_array_equal(made.get(), host)
     assert cp.array(host).flags.c_contiguous and cp.array(host.T, order="C").flags.c_contiguous
+
+
+def _assign(xp, shape, key, value):
+    z = xp.zeros(shape)
+    z[key] = value
+    return z
+
+
+EARLY_ERRORS = {     # calls NumPy refuses from the shapes and scalars alone: refused at the call, as by CuPy
+    "setitem-broadcast": lambda xp: _assign(xp, (3, 3), 0, xp.ones(4)),
+    "setitem-column": lambda xp: _assign(xp, (3, 3), (slice(None), 1), xp.ones((2, 1))),
+    "mask-length": lambda xp: xp.ones(3)[xp.asarray([True, False])],
+    "mask-second-axis": lambda xp: xp.ones((3, 4))[:, xp.ones(3, dtype=bool)],
+    "mask-assign": lambda xp: _assign(xp, (3,), xp.asarray([True, False]), 1.0),
+    "max-of-nothing": lambda xp: xp.zeros(0).max(),
+    "argmax-of-nothing": lambda xp: xp.zeros((0, 3)).argmax(axis=0),
+    "inv-not-square": lambda xp: xp.linalg.inv(xp.ones((2, 3))),
+    "det-of-vector": lambda xp: xp.linalg.det(xp.ones(3)),
+    "solve-not-square": lambda xp: xp.linalg.solve(xp.ones((2, 3)), xp.ones(2)),
+    "randint-empty-range": lambda xp: xp.random.randint(5, 5),
+    "randint-nothing-below": lambda xp: xp.random.randint(0),
+    "choice-too-many": lambda xp: xp.random.choice(3, 5, replace=False),
+    "choice-array-too-many": lambda xp: xp.random.choice(xp.arange(4), (2, 3), replace=False),
+}
+
+
+@pytest.mark.parametrize("case", list(EARLY_ERRORS))
+def test_shape_errors_are_raised_at_the_call(cp, case):
+    with pytest.raises(Exception) as want:
+        EARLY_ERRORS[case](np)
+    with pytest.raises(type(want.value)):
+        EARLY_ERRORS[case](cp)              # no sync point: raised by the call itself
+    cp.cuda.Device().synchronize()          # and nothing was queued that fails later
+
+
+def test_what_numpy_accepts_is_not_refused_early(cp):
+    z = _assign(cp, (3, 3), (slice(None), 1), cp.ones((1, 3)))
+    z[...] = cp.ones((1, 1, 3))
+    z[cp.asarray([0, 2])] = cp.ones(3)
+    z[z > 0] = 5.0
+    assert z.get().tolist() == [[5.0] * 3] * 3
+    assert cp.ones((3, 4))[cp.ones(3, dtype=bool), 1:].shape == (3, 3)
+    assert cp.zeros((0, 3)).max(axis=1).shape == (0,) and float(cp.zeros(0).sum()) == 0.0
+    assert cp.random.choice(5, 5, replace=False).shape == (5,) and cp.random.randint(4, 5, 3).get().tolist() == [4] * 3
