@@ -119,6 +119,7 @@ _METHODS = {
     "round": "elementwise", "take": "probe", "repeat": "probe", "argsort": "probe", "trace": "probe",
     "nonzero": "dynamic", "sort": "none", "fill": "none", "put": "none", "__setitem__": "none",
     "__getitem__": "view", "T": "view", "real": "view", "imag": "view", "searchsorted": "probe",
+    "partition": "none", "argpartition": "probe", "compress": "dynamic", "choose": "probe",
 }
 # Binary ufuncs whose methods are forwarded as "<ufunc>.reduce", ".accumulate", ".outer" and ".at"
 # (cupy.add.at(x, idx, v) is a scatter-add, in place).

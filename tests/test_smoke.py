@@ -257,3 +257,35 @@ def test_what_numpy_accepts_is_not_refused_early(cp):
     assert cp.ones((3, 4))[cp.ones(3, dtype=bool), 1:].shape == (3, 3)
     assert cp.zeros((0, 3)).max(axis=1).shape == (0,) and float(cp.zeros(0).sum()) == 0.0
     assert cp.random.choice(5, 5, replace=False).shape == (5,) and cp.random.randint(4, 5, 3).get().tolist() == [4] * 3
+
+
+def test_ndarray_methods_and_setters_cupy_has(cp, tmp_path):
+    import pickle
+    host = np.array([3.0, 1.0, 2.0, 5.0, 4.0])
+    x = cp.asarray(host)
+    y = x.copy()
+    y.partition(2)
+    assert float(y[2]) == 3.0 and int(x.argpartition(2)[2]) == int(np.argpartition(host, 2)[2])
+    mask = [True, False, True, False, True]
+    assert x.compress(cp.asarray(mask)).get().tolist() == host.compress(mask).tolist()
+    assert cp.asarray([0, 1, 0]).choose([cp.arange(3), cp.arange(3) * 10]).get().tolist() == [0, 10, 2]
+    assert x.tobytes() == host.tobytes() and x.base is None
+    back = pickle.loads(pickle.dumps(x))                # as CuPy: pickled by value, loaded onto the device
+    assert type(back) is cp.ndarray and back.get().tolist() == host.tolist()
+    x.dump(tmp_path / "x.pkl")
+    assert pickle.loads((tmp_path / "x.pkl").read_bytes()).get().tolist() == host.tolist()
+    x.tofile(tmp_path / "x.bin")
+    assert np.fromfile(tmp_path / "x.bin").tolist() == host.tolist()
+    z = cp.arange(6.0)
+    z.shape = (2, 3)
+    assert z.shape == (2, 3) and z.get().tolist() == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
+    with pytest.raises(AttributeError, match="Incompatible shape"):
+        z.T.shape = (6,)                                # NumPy's rule: no copy in place
+    c = cp.zeros(3, dtype=complex)
+    c.real, c.imag = cp.ones(3), 2
+    assert c.get().tolist() == [1 + 2j] * 3
+    r = cp.zeros(2)
+    r.real = 4
+    assert r.get().tolist() == [4.0, 4.0]
+    with pytest.raises(TypeError, match="imaginary part"):
+        r.imag = 1

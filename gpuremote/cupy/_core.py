@@ -12,6 +12,7 @@ import sys
 from typing import Any
 
 import numpy
+from numpy.lib.stride_tricks import as_strided
 
 from gpuremote._config import DEFAULTS
 from gpuremote.client import context
@@ -581,7 +582,37 @@ class ndarray:
         return self.copy()
 
     def __reduce__(self):
-        raise TypeError("a gpuremote array cannot be pickled: send x.get() and re-create it with cupy.asarray")
+        """Pickled as its contents (fetched to the host), unpickled as a new array on the current
+        device of the process that loads it, as CuPy pickles its arrays."""
+        return _unpickle, (self.get(),)
+
+    def tobytes(self, order="C") -> bytes:
+        """The array's bytes, fetched to the host (numpy.ndarray.tobytes of the copy)."""
+        return self.get().tobytes(order)
+
+    def tofile(self, fid, sep="", format="%s") -> None:  # noqa: A002  (NumPy's name)
+        """numpy.ndarray.tofile of the array fetched to the host."""
+        self.get().tofile(fid, sep, format)
+
+    def dumps(self) -> bytes:
+        """The pickle of the array (as pickle.dumps: its contents, fetched to the host)."""
+        import pickle
+        return pickle.dumps(self)
+
+    def dump(self, file) -> None:
+        """Pickle the array into `file` (a path or an open binary file), as numpy.ndarray.dump."""
+        import pickle
+        if isinstance(file, (str, bytes)) or hasattr(file, "__fspath__"):
+            with open(file, "wb") as f:
+                pickle.dump(self, f)
+        else:
+            pickle.dump(self, file)
+
+    @property
+    def base(self):
+        """None: every gpuremote array is a handle of its own (the daemon tracks which views share
+        a buffer; cupy.shares_memory asks it)."""
+        return None
 
     def __getitem__(self, key):
         if _getitem_fast is not None:
@@ -594,6 +625,37 @@ class ndarray:
         if isinstance(value, numpy.ndarray) and value.dtype.kind not in "biufc":
             check_dtype(value.dtype)
         forward("ndarray.__setitem__", (self, key, value), {})
+
+
+def _unpickle(host: numpy.ndarray) -> "ndarray":
+    return from_host(host)
+
+
+def _set_shape(self, shape) -> None:
+    """x.shape = (2, 3): `x` now names a view of its data in that shape, as NumPy's in-place
+    shape change; a shape that needs a copy (a transposed array made flat) is refused, as there."""
+    shape = (shape,) if isinstance(shape, (int, numpy.integer)) else tuple(shape)
+    # NumPy's own check, on a stand-in with the array's strides over one element (never read):
+    # it raises where the new shape would need a copy
+    stand_in = as_strided(numpy.zeros(1, self.dtype), self.shape, self._layout()[0], writeable=False)
+    stand_in.shape = shape
+    view = self.reshape(shape)
+    # the proxies swap handles: `self` names the view, and `view`, dropped here, releases the old one
+    self._gr_handle, view._gr_handle = view._gr_handle, self._gr_handle
+    self._shape, self._dtype = view._shape, view._dtype
+    try:
+        del self._gr_layout
+    except AttributeError:
+        pass
+
+
+def _set_part(name: str):
+    def set_part(self, value) -> None:
+        if name == "imag" and self.dtype.kind != "c":
+            raise TypeError("array does not have imaginary part to set")
+        getattr(self, name)[...] = value
+    set_part.__name__ = f"set_{name}"
+    return set_part
 
 
 Session.proxy_type = ndarray
@@ -630,6 +692,9 @@ def _copy(self, order="C"):
 
 
 ndarray.copy = _copy
+ndarray.shape = property(ndarray.shape.fget, _set_shape, doc=ndarray.shape.__doc__)
+ndarray.real = property(ndarray.real.fget, _set_part("real"), doc="The real part (a view); assignable.")
+ndarray.imag = property(ndarray.imag.fget, _set_part("imag"), doc="The imaginary part (a view); assignable.")
 _astype_here = ndarray.astype
 
 
