@@ -289,3 +289,24 @@ def test_ndarray_methods_and_setters_cupy_has(cp, tmp_path):
     assert r.get().tolist() == [4.0, 4.0]
     with pytest.raises(TypeError, match="imaginary part"):
         r.imag = 1
+
+
+def test_ufunc_facts_asnumpy_and_multivariate_normal(cp):
+    assert (cp.add.nin, cp.add.nout, cp.add.identity, cp.divmod.nout) == (2, 1, 0, 2)
+    assert cp.exp.types == np.exp.types and cp.maximum.identity is None
+    x = cp.arange(3.0)
+    assert cp.asnumpy(x, blocking=False).tolist() == [0.0, 1.0, 2.0]
+    mean, cov = np.array([1.0, -2.0]), np.array([[2.0, 0.6], [0.6, 1.0]])
+    for method in ("cholesky", "svd", "eigh"):
+        draws = cp.random.multivariate_normal(mean, cov, size=20000, method=method).get()
+        assert draws.shape == (20000, 2)
+        np.testing.assert_allclose(draws.mean(axis=0), mean, atol=0.05)
+        np.testing.assert_allclose(np.cov(draws.T), cov, atol=0.08)
+    state = cp.random.RandomState(3)
+    assert state.multivariate_normal(cp.zeros(3), cp.eye(3), (4, 5), dtype=cp.float32).dtype == np.float32
+    with pytest.raises(ValueError, match="positive-semidefinite"):
+        cp.random.multivariate_normal(mean, -np.eye(2), check_valid="raise")
+    with pytest.raises(ValueError, match="square of its length"):
+        cp.random.multivariate_normal(mean, np.eye(3))
+    with pytest.raises(ValueError, match="method"):
+        cp.random.multivariate_normal(mean, cov, method="qr")

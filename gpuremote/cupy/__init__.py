@@ -153,10 +153,10 @@ def linspace(start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis
     return out, step
 
 
-def asnumpy(a, stream=None, order="C", out=None):
-    """A numpy.ndarray with `a`'s contents (D2H for device arrays)."""
+def asnumpy(a, stream=None, order="C", out=None, blocking=True):
+    """A numpy.ndarray with `a`'s contents (D2H for device arrays; see ndarray.get for `blocking`)."""
     if type(a) is ndarray:
-        return a.get(stream=stream, order=order, out=out)
+        return a.get(stream=stream, order=order, out=out, blocking=blocking)
     if out is not None:
         out[...] = a
         return out

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy
+
 from gpuremote.cupy._core import compiled_call, elementwise_fast, forward, ndarray, ufunc_inputs
 from gpuremote.surface import SURFACE, UFUNC_METHODS, module_names
 
@@ -69,11 +71,21 @@ def _ufunc_methods(name: str) -> dict:
     return methods
 
 
+_UFUNC_FACTS = ("nin", "nout", "nargs", "identity", "types", "signature", "ntypes")
+
+
 def add_ufunc_methods(namespace: dict) -> None:
-    """Give the module's binary ufuncs (surface.UFUNC_METHODS) their methods: cupy.add.at(x, i, v)."""
+    """Give the module's binary ufuncs (surface.UFUNC_METHODS) their methods, cupy.add.at(x, i, v),
+    and every function standing for a NumPy ufunc that ufunc's facts (cupy.add.nin, .nout,
+    .identity, .types): code that inspects a ufunc before calling it works as with CuPy."""
     for name in UFUNC_METHODS:
         for attr, fn in _ufunc_methods(name).items():
             setattr(namespace[name], attr, fn)
+    for name, fn in list(namespace.items()):
+        ufunc = getattr(numpy, name, None)
+        if isinstance(ufunc, numpy.ufunc) and callable(fn) and not isinstance(fn, numpy.ufunc):
+            for fact in _UFUNC_FACTS:
+                setattr(fn, fact, getattr(ufunc, fact))
 
 
 def unknown_attribute(module: str, attr: str) -> AttributeError:

@@ -18,7 +18,7 @@ from gpuremote.meta import RANDOM_GENERATOR
 from gpuremote.surface import GENERATOR_METHODS, SURFACE, module_names
 
 __all__ = _namespace.populate(globals(), "random.", skip=frozenset({"default_rng"})) + [
-    "RandomState", "Generator", "default_rng", "get_random_state"]
+    "RandomState", "Generator", "default_rng", "get_random_state", "multivariate_normal"]
 
 _generator_ids = itertools.count(1)     # 0 is each device's own generator
 
@@ -81,6 +81,57 @@ for _name in module_names("random."):
         setattr(RandomState, _name, _method("random.", _name))
 for _name in GENERATOR_METHODS:
     setattr(Generator, _name, _method("random.Generator.", _name))
+
+
+def _multivariate_normal(standard_normal, mean, cov, size=None, check_valid="ignore", tol=1e-8, method="cholesky",
+                         dtype=float):
+    """Draws of N(mean, cov): standard normal draws times a factor F of cov (cov = F @ F.T: its
+    Cholesky factor, or from its SVD or eigendecomposition), plus mean, all on the device.
+    check_valid "warn" or "raise" first asks whether cov is positive semi-definite within `tol`
+    (its smallest eigenvalue: a sync point)."""
+    from gpuremote import cupy as cp
+    if method not in ("cholesky", "svd", "eigh"):
+        raise ValueError(f"multivariate_normal: method must be 'cholesky', 'svd' or 'eigh', not {method!r}")
+    if check_valid not in ("ignore", "warn", "raise"):
+        raise ValueError(f"multivariate_normal: check_valid must be 'ignore', 'warn' or 'raise', not {check_valid!r}")
+    dtype = numpy.dtype(dtype)
+    if dtype.kind != "f":
+        raise TypeError(f"multivariate_normal: dtype must be a float type, not {dtype}")
+    mean, cov = cp.asarray(mean, dtype=dtype), cp.asarray(cov, dtype=dtype)
+    if mean.ndim != 1 or cov.shape != (mean.shape[0], mean.shape[0]):
+        raise ValueError(f"multivariate_normal: mean must be 1-D and cov square of its length; got mean {mean.shape}, "
+                         f"cov {cov.shape}")
+    if check_valid != "ignore" and float(cp.linalg.eigvalsh(cov).min()) < -tol:
+        if check_valid == "raise":
+            raise ValueError("multivariate_normal: covariance is not symmetric positive-semidefinite.")
+        import warnings
+        warnings.warn("multivariate_normal: covariance is not symmetric positive-semidefinite.", RuntimeWarning,
+                      stacklevel=3)
+    if method == "cholesky":
+        factor = cp.linalg.cholesky(cov)
+    elif method == "svd":
+        u, s, _ = cp.linalg.svd(cov)
+        factor = u * cp.sqrt(s)
+    else:
+        w, v = cp.linalg.eigh(cov)
+        factor = v * cp.sqrt(cp.maximum(w, 0))
+    shape = (() if size is None else (size,) if isinstance(size, (int, numpy.integer)) else tuple(size))
+    z = standard_normal(size=shape + mean.shape, dtype=dtype)
+    return z @ factor.T + mean
+
+
+def multivariate_normal(mean, cov, size=None, check_valid="ignore", tol=1e-8, method="cholesky", dtype=float):
+    """cupy.random.multivariate_normal, from the current device's generator (see _multivariate_normal)."""
+    return _multivariate_normal(standard_normal, mean, cov, size, check_valid, tol, method, dtype)  # noqa: F821
+
+
+def _state_multivariate_normal(self, mean, cov, size=None, check_valid="ignore", tol=1e-8, method="cholesky",
+                               dtype=float):
+    """multivariate_normal, drawn from this generator."""
+    return _multivariate_normal(self.standard_normal, mean, cov, size, check_valid, tol, method, dtype)
+
+
+RandomState.multivariate_normal = _state_multivariate_normal
 
 
 def get_random_state() -> RandomState:
