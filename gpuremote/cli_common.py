@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import signal
-import threading
+import time
 
 import click
 
@@ -15,14 +15,40 @@ def seconds_not_nan(ctx, param, value):
     return value
 
 
-def stop_on_signals() -> threading.Event:
-    """An event set by SIGINT or SIGTERM, so a foreground service can shut down cleanly; its
-    `again` event is set by a second signal (stop now, skip what a graceful shutdown waits for)."""
-    stop = threading.Event()
-    stop.again = threading.Event()
+class SignalFlag:
+    """Set once SIGINT or SIGTERM has come `level` times; is_set() and wait(timeout) as an Event's.
 
-    def handler(*_):
-        (stop.again if stop.is_set() else stop).set()
+    The handler only counts: it runs in the main thread between two bytecodes, where the main thread
+    may hold any lock, an Event's own included (setting an Event from it deadlocked a daemon that
+    got two signals while it was waiting), so waiting polls the count instead of sleeping on a lock."""
+
+    _POLL_S = 0.05
+
+    def __init__(self, signals: list, level: int):
+        self._signals, self._level = signals, level
+
+    def is_set(self) -> bool:
+        return len(self._signals) >= self._level
+
+    def wait(self, timeout: float | None = None) -> bool:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self.is_set():
+            left = self._POLL_S if deadline is None else min(self._POLL_S, deadline - time.monotonic())
+            if left <= 0:
+                break
+            time.sleep(left)
+        return self.is_set()
+
+
+def stop_on_signals() -> SignalFlag:
+    """A flag set by SIGINT or SIGTERM, so a foreground service can shut down cleanly; its `again`
+    flag is set by a second signal (stop now, skip what a graceful shutdown waits for)."""
+    received: list = []
+    stop = SignalFlag(received, 1)
+    stop.again = SignalFlag(received, 2)
+
+    def handler(signum, _frame):
+        received.append(signum)         # list.append: atomic, takes no lock a handler could wait on
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, handler)

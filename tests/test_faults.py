@@ -571,6 +571,17 @@ def test_sigterm_with_no_sessions_stops_at_once_and_a_second_signal_skips_the_dr
     assert err["lost"] and "stopped at once" in err["message"], err
 
 
+@pytest.mark.parametrize("drain", ["0", "60"])
+def test_a_burst_of_signals_stops_the_daemon(procs, drain):
+    # Signals that came while the handler of the last one was setting a threading.Event deadlocked
+    # the daemon on the Event's own lock (found when a test's SIGKILLed parent left one running).
+    start_daemon, start_client = procs
+    d = start_daemon("--drain-timeout", drain)
+    for i in range(300):
+        _signal(d.proc, signal.SIGTERM if i % 2 else signal.SIGINT)
+    assert d.proc.wait(timeout=15) == 0
+
+
 # -- concurrency inside one process ----------------------------------------------------------------------
 
 def test_buffer_pool_never_hands_one_segment_to_two_takers():

@@ -262,10 +262,11 @@ class DaemonServer:
             self.service.dataplane.start()
         return self
 
-    def drain(self, timeout: float, interrupted: threading.Event | None = None, say=None) -> None:
+    def drain(self, timeout: float, interrupted=None, say=None) -> None:
         """Graceful shutdown, before `stop`: no new sessions; the open ones keep working until they end
         or `timeout` s pass (counted from `service.start_drain` when that came first) or `interrupted`
-        is set, and are then ended with a reason their clients see. `say(text)` tells the operator."""
+        (an Event, or cli_common.SignalFlag: is_set and wait) is set, and are then ended with a reason
+        their clients see. `say(text)` tells the operator."""
         service = self.service
         if service.drain_deadline is None:
             service.start_drain(timeout)
