@@ -10,7 +10,13 @@ from gpuremote.cupy.cuda import memory, runtime  # noqa: F401
 from gpuremote.cupy.cuda._device import Device, get_device_id  # noqa: F401
 from gpuremote.cupy.cuda._stream import Event, Stream, get_current_stream, get_elapsed_time  # noqa: F401
 from gpuremote.cupy.cuda.memory import (MemoryPointer, MemoryPool, OutOfMemoryError, PinnedMemoryPool,  # noqa: F401
-                                         set_allocator, set_pinned_memory_allocator)
+                                         alloc, get_allocator, malloc_managed, set_allocator,
+                                         set_pinned_memory_allocator, using_allocator)
+
+__all__ = ["Device", "Event", "MemoryPointer", "MemoryPool", "OutOfMemoryError", "PinnedMemoryPool", "Stream",
+           "alloc", "alloc_pinned_memory", "get_allocator", "get_current_stream", "get_default_memory_pool",
+           "get_device_id", "get_elapsed_time", "is_available", "malloc_managed", "memory", "runtime",
+           "set_allocator", "set_pinned_memory_allocator", "using_allocator"]
 
 
 def is_available() -> bool:

@@ -41,6 +41,21 @@ class Device:
         """(free, total) bytes."""
         return tuple(service_call("cuda.runtime.memGetInfo", (), self.id, value=True))
 
+    @property
+    def attributes(self) -> dict:
+        """{attribute: value} with CUDA's device attribute names (cudaDevAttr... without the prefix,
+        as CuPy's keys), for the properties the daemon reports (runtime.getDeviceProperties): fewer
+        than CuPy's full set, so read optional ones with .get()."""
+        from gpuremote.cupy.cuda.runtime import getDeviceProperties
+        attributes = {}
+        for prop, value in getDeviceProperties(self.id).items():
+            name = _ATTRIBUTE_OF.get(prop)
+            if isinstance(name, tuple):         # a property holding (x, y, z): one attribute each
+                attributes.update(zip(name, value))
+            elif name is not None:
+                attributes[name] = value
+        return attributes
+
     def __int__(self) -> int:
         return self.id
 
@@ -56,3 +71,20 @@ class Device:
 
 def get_device_id() -> int:
     return context.current_device_index()
+
+
+# cudaDeviceProp field -> its cudaDeviceAttr name (prefix cudaDevAttr dropped), for the fields that
+# have one; properties the daemon reports beyond these have no attribute name and are left out.
+_ATTRIBUTE_OF = {
+    "major": "ComputeCapabilityMajor", "minor": "ComputeCapabilityMinor",
+    "multiProcessorCount": "MultiProcessorCount", "maxThreadsPerBlock": "MaxThreadsPerBlock",
+    "maxThreadsDim": ("MaxBlockDimX", "MaxBlockDimY", "MaxBlockDimZ"),
+    "maxGridSize": ("MaxGridDimX", "MaxGridDimY", "MaxGridDimZ"),
+    "sharedMemPerBlock": "MaxSharedMemoryPerBlock", "totalConstMem": "TotalConstantMemory",
+    "warpSize": "WarpSize", "regsPerBlock": "MaxRegistersPerBlock", "clockRate": "ClockRate",
+    "memoryClockRate": "MemoryClockRate", "memoryBusWidth": "GlobalMemoryBusWidth", "l2CacheSize": "L2CacheSize",
+    "maxThreadsPerMultiProcessor": "MaxThreadsPerMultiProcessor", "integrated": "Integrated",
+    "concurrentKernels": "ConcurrentKernels", "ECCEnabled": "EccEnabled", "pciBusID": "PciBusId",
+    "pciDeviceID": "PciDeviceId", "asyncEngineCount": "AsyncEngineCount", "unifiedAddressing": "UnifiedAddressing",
+    "managedMemory": "ManagedMemory",
+}

@@ -66,6 +66,20 @@ class Stream:
         event.record(self)
         return event
 
+    def wait_event(self, event: "Event") -> None:
+        """Ops issued on this stream after this call run after the point `event` recorded. The daemon
+        has no service that makes one of its streams wait for an event, so the client keeps the order
+        itself: it waits (a sync point) until the event's stream has run everything issued on it so
+        far, the event's point included, and only then returns, so this stream's later ops reach the
+        daemon after it. Differences from CuPy: the host waits, and so do ops issued on the event's
+        stream after the record. An event on this same stream needs no wait; one never recorded is
+        no wait at all, as in CUDA."""
+        if not isinstance(event, Event):
+            raise TypeError(f"wait_event takes a cupy.cuda.Event, not {type(event).__name__}")
+        if event.device_id is None or (event.device_id, event.stream_id) == (self.device_id, self.id):
+            return
+        event.synchronize()
+
     @property
     def done(self) -> bool:
         return self.record().done

@@ -1,26 +1,76 @@
-"""cupy.cuda.memory: OutOfMemoryError, the memory pool view of the current session, and
-MemoryPointer (`ndarray.data`) over virtual device addresses.
+"""cupy.cuda.memory: OutOfMemoryError, the memory pool view of the current session, the
+allocator settings, and MemoryPointer (`ndarray.data`, `alloc`) over virtual device addresses.
 
 The daemon frees an array's memory as soon as its last reference is released, so the pool
 holds no cached blocks: used_bytes() == total_bytes() and free_all_blocks() has nothing to do.
+Every allocation is the daemon's, whichever allocator this process sets.
 """
 
 from __future__ import annotations
 
 import bisect
+import contextlib
 import ctypes
+import numbers
 import operator
 import threading
 import weakref
 
 import numpy
 
+from gpuremote.client import context
 from gpuremote.cupy._core import service_call
 from gpuremote.cupy.cuda._stream import on_stream
 from gpuremote.errors import OutOfMemoryError  # noqa: F401
 
 
+def _allocation(size) -> "MemoryPointer":
+    """A fresh allocation of `size` bytes on the current device: a uint8 array the daemon allocates,
+    as a MemoryPointer that keeps it alive. Asking its layout for the address is a round trip, so a
+    size the daemon's memory ledger refuses raises OutOfMemoryError here, not at a later sync."""
+    size = operator.index(size)
+    if size < 0:
+        raise ValueError(f"cannot allocate a negative number of bytes ({size})")
+    index = context.current_device_index()
+    ref = context.device(index)
+    total = ref.session.devices[ref.remote_index].memory_total
+    if size > total:    # refused at once: no op for a size no device here can hold (nor NumPy shape)
+        raise OutOfMemoryError(f"cannot allocate {size:,} bytes on device {index}: it has {total:,} bytes in all")
+    from gpuremote.cupy import empty
+    return MemoryPointer(empty(size, dtype=numpy.uint8))
+
+
+def _malloc(size: int) -> "MemoryPointer":
+    """The raw allocator (set_allocator(None)): a fresh device allocation of `size` bytes."""
+    return _allocation(size)
+
+
+_MANAGED_REFUSAL = ("managed (unified) memory is one address range that host and device both reach, which needs "
+                    "the GPU in this process's host; a gpuremote device is on the daemon's host: allocate device "
+                    "arrays (cupy.empty) and move data with cupy.asarray / .get()")
+
+
+def malloc_managed(size: int) -> "MemoryPointer":
+    """Refused: a remote device has no unified memory with this process (NotImplementedError)."""
+    raise NotImplementedError(_MANAGED_REFUSAL)
+
+
 class MemoryPool:
+    """The session's memory on the current device, seen as CuPy's pool. Every instance sees the same
+    memory: what this process holds on the device, allocated and freed by the daemon."""
+
+    def __init__(self, allocator=None):
+        if allocator is not None:   # what CuPy's pool would build on: only the daemon's allocation can be
+            _accepted(allocator)
+
+    def malloc(self, size: int) -> "MemoryPointer":
+        """A fresh device allocation of `size` bytes on the current device, as a MemoryPointer; it is
+        freed when the pointer (and anything made from it) is dropped. The daemon allocates it, from no
+        cache, exactly `size` bytes (CuPy's pool rounds up to 512). One round trip: a size the daemon
+        refuses raises OutOfMemoryError here. As an allocator (set_allocator(pool.malloc)) it is
+        accepted, and the daemon's allocator is still the one that runs."""
+        return _allocation(size)
+
     def used_bytes(self) -> int:
         """Bytes this process's session holds on the current device."""
         return int(service_call("cuda.MemoryPool.used_bytes", value=True))
@@ -38,7 +88,37 @@ class MemoryPool:
         service_call("cuda.MemoryPool.free_all_blocks")
 
     def get_limit(self) -> int:
+        """The most this session may hold on the current device: the device's memory, or a pool
+        lease's share of it, which the daemon's ledger enforces. (CuPy returns 0 when no limit is set;
+        a gpuremote session always has this one.)"""
         return int(service_call("cuda.runtime.memGetInfo", value=True)[1])
+
+    def set_limit(self, size=None, fraction=None) -> None:
+        """CuPy's cap on what the pool may hold on the current device (`size` bytes, or `fraction` of
+        the device's memory; neither, or 0: no cap). The client cannot enforce a cap: the daemon
+        allocates, including each call's temporaries that this process never sees, and only its ledger
+        refuses. So removing the cap, and any cap at or above get_limit() (which the ledger already
+        enforces), are accepted; a lower one raises NotImplementedError naming where a cap is enforced:
+        `gpuremote run -m SIZE` (or `-p FRACTION`) with --pool or --local."""
+        if size is not None and fraction is not None:
+            raise ValueError("give either size or fraction to set_limit, not both")
+        for name, value in (("size", size), ("fraction", fraction)):
+            if value is not None and (not isinstance(value, numbers.Real) or isinstance(value, bool)):
+                raise TypeError(f"set_limit {name} must be a number, not {type(value).__name__}")
+        if fraction is not None and not 0 <= fraction <= 1:
+            raise ValueError(f"set_limit fraction must be in [0, 1], got {fraction}")
+        if size is not None and not size >= 0:          # NaN too
+            raise ValueError(f"set_limit size must be a number of bytes >= 0, got {size}")
+        if not size and not fraction:
+            return      # no cap beyond the session's own, which always holds
+        total = self.get_limit()
+        wanted = size if size is not None else fraction * total
+        if wanted < total:
+            raise NotImplementedError(
+                f"a memory limit of {int(wanted):,} bytes (below the {total:,} this session may hold on device "
+                f"{context.current_device_index()}) cannot be enforced by the client: the daemon allocates, "
+                "temporaries included. Run the program with `gpuremote run -m SIZE` (or `-p FRACTION`) "
+                "through --pool or --local: that device's memory ledger refuses allocations past it")
 
 
 _DEFAULT = MemoryPool()
@@ -68,12 +148,61 @@ def get_default_pinned_memory_pool() -> PinnedMemoryPool:
     return _DEFAULT_PINNED
 
 
+# -- allocator settings ----------------------------------------------------------------------
+# Arrays are allocated by the daemon whatever is set here. The setting is kept (globally, and per
+# thread inside using_allocator, as CuPy keeps it) for get_allocator() and alloc().
+_current_allocator = _malloc
+_thread = threading.local()
+
+
+def _accepted(allocator):
+    """The allocator to keep for `allocator`: None is the raw allocator; it and a MemoryPool's malloc
+    allocate on the daemon, as every gpuremote allocation does. Anything else would have to run where
+    the memory is, on the daemon's host: refused."""
+    if allocator is None or allocator is _malloc:
+        return _malloc
+    if isinstance(getattr(allocator, "__self__", None), MemoryPool) and \
+            getattr(allocator, "__func__", None) is MemoryPool.malloc:
+        return allocator
+    if allocator is malloc_managed:
+        raise NotImplementedError(_MANAGED_REFUSAL)
+    raise NotImplementedError("a custom device allocator cannot run on a gpuremote device: the daemon allocates "
+                              "(and frees at once, without a pool); None and a cupy.cuda.MemoryPool's malloc are "
+                              "accepted")
+
+
 def set_allocator(allocator=None) -> None:
-    """None (allocate and free directly, no pool) is what the daemon does already: accepted. Any
-    other allocator would have to run where the memory is, on the daemon's host: refused."""
-    if allocator is not None:
-        raise NotImplementedError("a custom device allocator cannot run on a gpuremote device: the daemon "
-                                  "allocates (and frees at once, without a pool); set_allocator(None) is accepted")
+    """Accepts None (no pool) and a MemoryPool's malloc (cupy.cuda.MemoryPool().malloc,
+    get_default_memory_pool().malloc): either way the daemon allocates and frees at once, as it
+    always does. Any other callable: NotImplementedError. Inside using_allocator: ValueError, as in CuPy."""
+    global _current_allocator
+    allocator = _accepted(allocator)
+    if getattr(_thread, "allocator", None) is not None:
+        raise ValueError("set_allocator cannot change the allocator inside a using_allocator block")
+    _current_allocator = allocator
+
+
+def get_allocator():
+    """The allocator set (this thread's inside using_allocator); alloc() calls it."""
+    return getattr(_thread, "allocator", None) or _current_allocator
+
+
+@contextlib.contextmanager
+def using_allocator(allocator=None):
+    """Within the block, this thread's allocator is `allocator`, accepted as set_allocator accepts it
+    (None: the raw allocator); the daemon allocates either way."""
+    allocator = _accepted(allocator)
+    previous = getattr(_thread, "allocator", None)
+    _thread.allocator = allocator
+    try:
+        yield
+    finally:
+        _thread.allocator = previous
+
+
+def alloc(size: int) -> "MemoryPointer":
+    """`size` bytes from the current allocator, on the current device: a fresh device allocation."""
+    return get_allocator()(size)
 
 
 def set_pinned_memory_allocator(allocator=None) -> None:
