@@ -8,6 +8,7 @@ An `ndarray` proxy is a session plus a handle id plus (shape, dtype); releasing 
 
 from __future__ import annotations
 
+import math
 import sys
 from typing import Any
 
@@ -392,11 +393,26 @@ class ndarray:
             return NotImplemented
         return mirror(*args, **kwargs)
 
-    def __new__(cls, shape=None, dtype=float, *args, **kwargs):
+    def __new__(cls, shape=None, dtype=float, memptr=None, strides=None, order="C"):
+        """cupy.ndarray(shape, dtype): a new array; with `memptr` (a MemoryPointer: ndarray.data,
+        cupy.cuda.alloc) a view of the device bytes it points at, as CuPy's. Only the contiguous
+        strides of `order` are supported for such a view."""
         if shape is None:
             return object.__new__(cls)
         from gpuremote.cupy import empty
-        return empty(shape, dtype)
+        if memptr is None:
+            return empty(shape, dtype, order=order)
+        from gpuremote.cupy.cuda.memory import MemoryPointer, device_span
+        if not isinstance(memptr, MemoryPointer):
+            raise TypeError(f"memptr must be a cupy.cuda.MemoryPointer, not {type(memptr).__name__}")
+        shape = (shape,) if isinstance(shape, (int, numpy.integer)) else tuple(shape)
+        dtype = numpy.dtype(dtype)
+        if strides is not None and tuple(strides) != _contiguous_strides(shape, dtype.itemsize, order):
+            raise NotImplementedError("ndarray(memptr=..., strides=...): only the contiguous strides of `order` "
+                                      "are supported through gpuremote")
+        nbytes = math.prod(shape) * dtype.itemsize
+        flat, offset = device_span(memptr.ptr, nbytes)      # ValueError past the allocation's end
+        return flat[offset:offset + nbytes].view(dtype).reshape(shape, order=order)
 
     @classmethod
     def _wrap(cls, session, handle, remote, index, meta) -> "ndarray":
@@ -625,6 +641,14 @@ class ndarray:
         if isinstance(value, numpy.ndarray) and value.dtype.kind not in "biufc":
             check_dtype(value.dtype)
         forward("ndarray.__setitem__", (self, key, value), {})
+
+
+def _contiguous_strides(shape: tuple, itemsize: int, order: str) -> tuple:
+    strides, step = [], itemsize
+    for n in (reversed(shape) if order != "F" else shape):
+        strides.append(step)
+        step *= max(n, 1)
+    return tuple(reversed(strides)) if order != "F" else tuple(strides)
 
 
 def _unpickle(host: numpy.ndarray) -> "ndarray":
