@@ -121,7 +121,7 @@ def test_cupyx_scatter_functions(cp):
 
 
 def test_module_facts_and_memory_sharing(cp, capsys):
-    assert cp.__version__.startswith("13.") and "+gpuremote." in cp.__version__
+    assert cp.__version__.startswith("14.") and "+gpuremote." in cp.__version__
     assert cp.is_available() is True
     cp.show_config()
     assert "device 0:" in capsys.readouterr().out
@@ -310,3 +310,13 @@ def test_ufunc_facts_asnumpy_and_multivariate_normal(cp):
         cp.random.multivariate_normal(mean, np.eye(3))
     with pytest.raises(ValueError, match="method"):
         cp.random.multivariate_normal(mean, cov, method="qr")
+
+
+def test_the_cupy_backend_refuses_a_cupy_that_promotes_otherwise():
+    # Clients derive dtypes with NumPy 2's promotion, which CuPy follows from 14 on (13 went by value).
+    from gpuremote.daemon.backends.cupy_backend import check_cupy_version
+    for fine in ("14.0.0", "14.2.0", "15.0.0rc1", "14.0.0a1"):
+        check_cupy_version(fine)
+    for old in ("13.6.0", "12.3.0", "13.0.0+cuda12x"):
+        with pytest.raises(RuntimeError, match="needs CuPy 14 or newer .*pip install -U"):
+            check_cupy_version(old)

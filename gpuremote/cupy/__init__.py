@@ -26,8 +26,9 @@ from gpuremote import __version__ as _gpuremote_version
 from gpuremote.errors import OutOfMemoryError  # noqa: F401
 
 # The CuPy API level the surface table forwards, tagged with gpuremote's own version: code that
-# reads cupy.__version__ to choose a code path finds the CuPy it is written for.
-__version__ = f"13.0.0+gpuremote.{_gpuremote_version}"
+# reads cupy.__version__ to choose a code path finds the CuPy it is written for. 14: type
+# promotion is NumPy 2's (NEP 50), as in CuPy 14 (CuPy 13 promoted scalars by value).
+__version__ = f"14.0.0+gpuremote.{_gpuremote_version}"
 
 bool = _np.bool_  # noqa: A001  (cupy.bool, as in NumPy 2)
 

@@ -10,6 +10,7 @@ backend. This is the only module of gpuremote that imports cupy.
 from __future__ import annotations
 
 import contextlib
+import re
 from typing import Any
 
 import numpy
@@ -17,6 +18,21 @@ import numpy
 from gpuremote.daemon.backends.base import Backend, DeviceProps, special_function
 
 _RANDOM_ALIASES = {"random": "random_sample", "ranf": "random_sample", "sample": "random_sample"}
+
+
+MIN_CUPY = (14, 0)
+
+
+def check_cupy_version(version: str) -> None:
+    """Refuse a CuPy older than 14: clients derive result dtypes with NumPy 2's promotion rules
+    (NEP 50), which CuPy follows from 14 on; CuPy 13 promotes scalars by value (float32 array +
+    numpy.float64 scalar is float32 there, float64 here), and a client would describe its results
+    with the wrong dtype."""
+    found = tuple(int(part) for part in re.findall(r"\d+", version)[:2])
+    if found < MIN_CUPY:
+        raise RuntimeError(f"the cupy backend needs CuPy 14 or newer (found {version}): clients derive result "
+                           "dtypes with NumPy 2's type promotion, which CuPy follows from version 14. "
+                           "Upgrade it on this host: pip install -U 'cupy-cuda12x>=14' (or 'gpuremote[gpu]')")
 
 
 class CupyRandom:
@@ -35,6 +51,7 @@ class CupyBackend(Backend):
 
     def __init__(self, devices: list[int] | None = None):
         import cupy
+        check_cupy_version(cupy.__version__)
         self.xp = cupy
         self._cupy = cupy
         self.array_type = cupy.ndarray
