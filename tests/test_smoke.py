@@ -320,3 +320,14 @@ def test_the_cupy_backend_refuses_a_cupy_that_promotes_otherwise():
     for old in ("13.6.0", "12.3.0", "13.0.0+cuda12x"):
         with pytest.raises(RuntimeError, match="needs CuPy 14 or newer .*pip install -U"):
             check_cupy_version(old)
+
+
+@pytest.mark.parametrize("make", [
+    lambda cp: cp.zeros((2**20, 2**20)), lambda cp: cp.ones((1, 2**18)) + cp.ones((2**18, 1)),
+    lambda cp: cp.random.rand(2**18, 2**18), lambda cp: cp.asarray(np.broadcast_to(np.ones(1, np.uint8), (2**40,))),
+])
+def test_more_than_the_device_holds_is_refused_at_the_call(cp, make):
+    with pytest.raises(cp.cuda.memory.OutOfMemoryError, match="refused before the op was sent"):
+        make(cp)                            # no sync point: as CuPy raises it
+    assert cp.broadcast_to(cp.ones(1), (2**20, 2**20)).shape == (2**20, 2**20)    # a view costs nothing
+    assert float(cp.ones(4).sum()) == 4.0

@@ -125,6 +125,8 @@ class Session:
         self.session_id = opened.session_id
         self.backend = opened.backend
         self.devices = list(opened.devices)
+        # bytes this session may hold on each device (its lease's share, or the device), by daemon index
+        self.capacity = {d.index: d.memory_total for d in opened.devices}
         self.limits = opened.limits
         # Stay within the daemon's limits: a batch is flushed before it holds max_ops_per_batch ops
         # (a flush adds a Release op) or half of max_message_bytes, and no chunk is near that size.

@@ -19,6 +19,7 @@ from gpuremote._config import DEFAULTS
 from gpuremote.client import context
 from gpuremote.client.session import Session
 from gpuremote.client.stats import STATS
+from gpuremote.errors import OutOfMemoryError
 from gpuremote.memo import Memo
 from gpuremote.meta import (LIST_RESULTS, MAY_RETURN_SEQUENCE, NOT_ARRAY, Unknown, derive, fast_elementwise, nout_of,
                             returns_sequence)
@@ -140,6 +141,7 @@ def elementwise_fast(name: str, entry: Entry, args: tuple):
         metas = fast_elementwise(entry, args, meta_of)
         if metas is None:
             return None
+        refuse_impossible(metas, p._gr_session, p._gr_remote, p._gr_device)
         if key is not None:
             _DERIVED.put(key, metas)
     if len(metas) != 1:
@@ -207,6 +209,25 @@ def _signature(name: str, args: tuple, kwargs: dict, proxies: list) -> tuple | N
     return tuple(key)
 
 
+# Rules whose results are new arrays (not views, which can be far larger than what they cost).
+_ALLOCATING = frozenset({"creation", "like", "elementwise", "random", "matmul", "rmatmul", "dot", "accumulate",
+                         "generator", "special", "astype"})
+
+
+def refuse_impossible(metas, session: Session, remote: int, index: int) -> None:
+    """OutOfMemoryError at the call, as CuPy raises it, for results larger than all the memory this
+    session may hold on the device (cupy.zeros((60000, 60000)) on an 8 GiB device): the daemon
+    would refuse them anyway, but only at the next sync point. What fits the device but not its
+    free memory is still the daemon's to refuse."""
+    need = 0
+    for shape, dtype in metas:
+        need += math.prod(shape) * dtype.itemsize
+    capacity = session.capacity.get(remote)
+    if capacity is not None and need > capacity:
+        raise OutOfMemoryError(f"Out of memory allocating {need:,} bytes: device {index} has {capacity:,} bytes in "
+                               "all for this session (refused before the op was sent)")
+
+
 def _refuse_host_arrays(name: str, args: tuple) -> None:
     """As in CuPy, an elementwise op (ufunc, operator) takes device arrays and scalars, not host
     arrays: converting one would hide a host-to-device copy in every call."""
@@ -247,6 +268,8 @@ def forward(name: str, args: tuple, kwargs: dict, entry: Entry | None = None) ->
     metas = _DERIVED.get(key) if cached else None
     if metas is None:
         metas = derive(entry, args, kwargs, meta_of)
+        if metas is not None and rule in _ALLOCATING:
+            refuse_impossible(metas, session, remote, index)
         if cached and metas is not None:
             _DERIVED.put(key, metas)
     if rule in ("none", "self") or out is not None:
@@ -286,6 +309,7 @@ def from_host(host: numpy.ndarray, index: int | None = None) -> "ndarray":
         index = context.current_device_index()
     ref = context.device(index)
     session = ref.session
+    refuse_impossible([(host.shape, host.dtype)], session, ref.remote_index, index)
     handle = session.new_handle()
     session.upload(handle, host, ref.remote_index, context.current_stream_id(index), site())
     return ndarray._wrap(session, handle, ref.remote_index, index, (tuple(host.shape), host.dtype))

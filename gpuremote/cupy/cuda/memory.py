@@ -33,7 +33,7 @@ def _allocation(size) -> "MemoryPointer":
         raise ValueError(f"cannot allocate a negative number of bytes ({size})")
     index = context.current_device_index()
     ref = context.device(index)
-    total = ref.session.devices[ref.remote_index].memory_total
+    total = ref.session.capacity.get(ref.remote_index, 0)
     if size > total:    # refused at once: no op for a size no device here can hold (nor NumPy shape)
         raise OutOfMemoryError(f"cannot allocate {size:,} bytes on device {index}: it has {total:,} bytes in all")
     from gpuremote.cupy import empty
