@@ -119,7 +119,9 @@ def run(count, fraction, memory, daemons, pool, local, wait, filters, show_stats
             devices = embedded.devices
         status, stats = launcher.run_command(list(command), devices, extra_env)
     except launcher.LaunchError as exc:
-        raise click.ClickException(str(exc))
+        error = click.ClickException(str(exc))
+        error.exit_code = exc.exit_code
+        raise error
     finally:
         if embedded is not None:
             embedded.stop()

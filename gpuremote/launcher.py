@@ -30,7 +30,13 @@ _FORWARDED = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, sig
 
 
 class LaunchError(Exception):
-    """Devices could not be obtained; the message says why and what to do."""
+    """Devices could not be obtained, or the command not started; the message says why and what to
+    do. `exit_code` is what `gpuremote run` exits with: 1, or a shell's 127 (command not found) and
+    126 (not executable)."""
+
+    def __init__(self, message: str, exit_code: int = 1):
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 @dataclasses.dataclass
@@ -66,7 +72,8 @@ def devices_from_daemons(addresses: list[str], request: Request) -> list[str]:
         info = daemon_devices(address)
         found.extend(f"{address}/{d.index}" for d in info.devices)
     if len(found) < request.count:
-        raise LaunchError(f"asked for {request.count} device(s), but {', '.join(addresses)} offer(s) only {len(found)}")
+        raise LaunchError(f"asked for {request.count} device(s), but the daemon(s) at {', '.join(addresses)} offer "
+                          f"{len(found)} in all")
     return found[:request.count]
 
 
@@ -260,9 +267,9 @@ def run_command(command: list[str], devices: list[str], extra_env: dict | None =
         try:
             child = subprocess.Popen(command, env=_child_env(devices, stats_dir, extra_env))
         except FileNotFoundError:
-            raise LaunchError(f"command not found: {command[0]}") from None
+            raise LaunchError(f"command not found: {command[0]}", exit_code=127) from None
         except PermissionError:
-            raise LaunchError(f"command is not executable: {command[0]}") from None
+            raise LaunchError(f"command is not executable: {command[0]}", exit_code=126) from None
         previous = {}
 
         def forward(signum, frame):

@@ -284,7 +284,11 @@ def test_unreachable_daemon_fails_fast():
     assert time.monotonic() - start < 30
 
 
-def test_missing_executable_is_reported():
+def test_missing_or_unexecutable_command_exits_as_a_shell_would(tmp_path):
     got = subprocess.run([*GPUREMOTE, "run", "--", "no-such-program-gpuremote"], capture_output=True, text=True,
                          timeout=60)
-    assert got.returncode != 0 and "command not found" in got.stderr
+    assert got.returncode == 127 and "command not found" in got.stderr
+    plain = tmp_path / "not-executable"
+    plain.write_text("echo hi\n")
+    got = subprocess.run([*GPUREMOTE, "run", "--", str(plain)], capture_output=True, text=True, timeout=60)
+    assert got.returncode == 126 and "not executable" in got.stderr
