@@ -331,3 +331,10 @@ def test_more_than_the_device_holds_is_refused_at_the_call(cp, make):
         make(cp)                            # no sync point: as CuPy raises it
     assert cp.broadcast_to(cp.ones(1), (2**20, 2**20)).shape == (2**20, 2**20)    # a view costs nothing
     assert float(cp.ones(4).sum()) == 4.0
+
+
+def test_uploads_of_big_endian_data_are_native(cp):
+    host = np.arange(4.0).astype(">f8")
+    x = cp.asarray(host)
+    assert x.dtype == np.float64 and x.dtype.isnative and x.get().tolist() == [0.0, 1.0, 2.0, 3.0]
+    assert cp.array(np.array([1, 2], dtype=">i4")).dtype == np.int32

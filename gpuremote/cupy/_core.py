@@ -303,8 +303,11 @@ def forward(name: str, args: tuple, kwargs: dict, entry: Entry | None = None) ->
 
 
 def from_host(host: numpy.ndarray, index: int | None = None) -> "ndarray":
-    """Copy a host array to the device (H2D); queued like any op."""
+    """Copy a host array to the device (H2D); queued like any op. Non-native byte order is
+    converted, as CuPy's arrays are always in the device's (native) order."""
     check_dtype(host.dtype)
+    if not host.dtype.isnative:
+        host = host.astype(host.dtype.newbyteorder("="))
     if index is None:
         index = context.current_device_index()
     ref = context.device(index)
