@@ -103,10 +103,14 @@ GENERATOR_METHODS = {
     "exponential": (1, None, "float64"), "gamma": (2, None, "float64"), "poisson": (1, None, "int64"),
 }
 # cupyx.scipy.special basics: elementwise functions of real arguments, name -> number of inputs. The
-# emulated backend computes them with SciPy, the cupy backend with cupyx (daemon/backends).
+# emulated backend computes them with SciPy, the cupy backend with cupyx (daemon/backends). Only names
+# CuPy (13.6, 14) and SciPy both have; zeta takes q, as CuPy's does (SciPy's one-argument Riemann zeta is not
+# CuPy's); softmax, log_softmax, logsumexp and polygamma are composed on the client (cupyx/scipy/special.py).
 SPECIAL_INPUTS = {n: 1 for n in """erf erfc erfcx erfinv erfcinv gamma gammaln digamma psi expit logit
     log_expit ndtr ndtri log_ndtr i0 i0e i1 i1e j0 j1 y0 y1 k0 k0e k1 k1e entr expm1 log1p exp2 exp10
-    cbrt""".split()} | {n: 2 for n in "xlogy xlog1py beta betaln rel_entr kl_div huber boxcox boxcox1p".split()}
+    cbrt ellipk ellipkm1 exprel sindg cosdg tandg cotdg round""".split()} | {n: 2 for n in """xlogy xlog1py
+    beta betaln rel_entr kl_div huber boxcox boxcox1p gammainc gammaincc gammaincinv gammainccinv zeta binom
+    expn""".split()} | {"radian": 3}
 
 # ndarray methods and properties: name -> rule.
 _METHODS = {

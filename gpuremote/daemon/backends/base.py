@@ -47,10 +47,20 @@ class DeviceMemory(MemoryLedger):
 
 
 def special_function(fn: Callable, is_array: Callable[[Any], bool]) -> Callable:
-    """A cupyx.scipy.special function `fn` (SciPy's or CuPy's ufunc), called for the result dtype
-    gpuremote.meta.special_dtype gives: the one the client derived, on every backend."""
-    def call(*args):
-        return fn(*args, dtype=special_dtype([a.dtype for a in args if is_array(a)]))
+    """A cupyx.scipy.special function `fn` (SciPy's or CuPy's), called for the result dtype
+    gpuremote.meta.special_dtype gives: the one the client derived, on every backend.
+
+    A ufunc is handed that dtype. A plain function takes none (SciPy's zeta, CuPy's round): its
+    arguments are cast to the dtype first, scalars too (a float64 NumPy scalar would widen SciPy's
+    zeta of float32 arrays), and its result is cast to it (CuPy's round keeps what it is given)."""
+    if type(fn).__name__ == "ufunc":        # numpy.ufunc and CuPy's ufunc class alike
+        def call(*args):
+            return fn(*args, dtype=special_dtype([a.dtype for a in args if is_array(a)]))
+    else:
+        def call(*args):
+            dtype = special_dtype([a.dtype for a in args if is_array(a)])
+            cast = [a.astype(dtype, copy=False) if is_array(a) else dtype.type(a) for a in args]
+            return fn(*cast).astype(dtype, copy=False)
     call.__name__ = getattr(fn, "__name__", "special")
     return call
 
