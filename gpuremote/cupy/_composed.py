@@ -15,6 +15,8 @@ import builtins
 import collections.abc
 import itertools
 import math
+import operator
+import os
 
 import numpy
 from numpy.lib.array_utils import normalize_axis_index
@@ -31,6 +33,13 @@ __all__ = [
     "iscomplexobj", "isrealobj", "isfortran", "common_type", "require", "asarray_chkfinite",
     "array_repr", "array_str",
     "save", "load", "savez", "savez_compressed", "NpzFile",
+    "hanning", "hamming", "blackman", "bartlett", "kaiser",
+    "ediff1d", "trapz", "isposinf", "isneginf", "sort_complex", "real_if_close",
+    "polyadd", "polysub", "polymul", "roots",
+    "fromfile", "fromstring", "loadtxt", "genfromtxt", "savetxt",
+    "array2string", "format_float_positional", "format_float_scientific",
+    "set_printoptions", "get_printoptions", "printoptions",
+    "ndindex", "AxisError", "broadcast",
 ]
 
 
@@ -554,3 +563,399 @@ def load(file, mmap_mode=None, allow_pickle=None):
     if isinstance(obj, numpy.lib.npyio.NpzFile):
         return NpzFile(obj)
     return obj
+
+
+def _device_array(x, name: str, what: str):
+    """`x` itself when it is a device array; else TypeError, as CuPy raises for host data here
+    (nothing is uploaded behind the caller's back)."""
+    if type(x) is not ndarray:
+        raise TypeError(f"{name}: `{what}` must be a device array (cupy.ndarray), not {type(x).__name__}")
+    return x
+
+
+def _is_number(x) -> bool:
+    return isinstance(x, (int, float, complex, numpy.number, numpy.bool_))       # bool is an int
+
+
+def _text_array(host) -> ndarray:
+    """A host array read by NumPy, uploaded to the current device (native byte order, as CuPy
+    makes it); an array too large for the device is refused by the daemon's memory checks."""
+    return _cp.asarray(host)
+
+
+# ------------------------------------------------------------------------------------------
+# window functions (built on the device: one arange and elementwise ops)
+# ------------------------------------------------------------------------------------------
+
+def _points(M, name: str) -> int:
+    try:
+        return operator.index(M)
+    except TypeError:
+        raise TypeError(f"{name}: M must be an integer number of points, not {type(M).__name__}") from None
+
+
+def _window(M, name: str, shape):
+    """The float64 window of M points: empty for M <= 0, [1.] for M == 1, else shape(n, M - 1)
+    with n = 1 - M, 3 - M, ..., M - 1 (the points, symmetric about 0) made by one arange on the
+    device, so a length the device cannot hold is refused by the daemon, not built on the host."""
+    m = _points(M, name)
+    if m <= 0:
+        return _cp.zeros(0, dtype=numpy.float64)
+    if m == 1:
+        return _cp.ones(1, dtype=numpy.float64)
+    return shape(_cp.arange(1 - m, m, 2, dtype=numpy.float64), m - 1)
+
+
+def hanning(M):
+    """The Hanning window of M points (float64; empty for M <= 0), 0.5 + 0.5 cos(pi n / (M - 1)).
+
+    As in CuPy, M must be an integer (NumPy also takes a float). The angles are float64 (CuPy's
+    kernel takes its step as float32), so the values are NumPy's.
+    """
+    return _window(M, "hanning", lambda n, span: _cp.cos(n * (math.pi / span)) * 0.5 + 0.5)
+
+
+def hamming(M):
+    """The Hamming window of M points (float64; empty for M <= 0), 0.54 + 0.46 cos(pi n / (M - 1)).
+    M must be an integer, as in CuPy; computed in float64 throughout (see hanning)."""
+    return _window(M, "hamming", lambda n, span: _cp.cos(n * (math.pi / span)) * 0.46 + 0.54)
+
+
+def blackman(M):
+    """The Blackman window of M points (float64; empty for M <= 0),
+    0.42 + 0.5 cos(pi n / (M - 1)) + 0.08 cos(2 pi n / (M - 1)). M must be an integer, as in CuPy."""
+    def shape(n, span):
+        angle = n * (math.pi / span)
+        return _cp.cos(angle) * 0.5 + 0.42 + _cp.cos(angle * 2.0) * 0.08
+    return _window(M, "blackman", shape)
+
+
+def bartlett(M):
+    """The Bartlett (triangular) window of M points (float64; empty for M <= 0), 1 - |n| / (M - 1).
+    M must be an integer, as in CuPy."""
+    return _window(M, "bartlett", lambda n, span: 1.0 - _cp.absolute(n) / span)
+
+
+def kaiser(M, beta):
+    """The Kaiser window of M points (float64; empty for M <= 0), i0(beta sqrt(1 - (n / (M - 1))**2))
+    / i0(beta), with i0 the modified Bessel function of order 0 (cupy.i0, on the device).
+
+    M must be an integer and beta a real number (its i0 is one host scalar); CuPy's kernel takes
+    beta as float32, here it stays float64, as in NumPy.
+    """
+    if not _is_number(beta) or isinstance(beta, (complex, numpy.complexfloating)):
+        raise TypeError(f"kaiser: beta must be a real number, not {type(beta).__name__}")
+    beta = float(beta)
+    scale = float(numpy.i0(beta))
+    return _window(M, "kaiser",
+                   lambda n, span: _cp.i0(_cp.sqrt(1.0 - (n / span) ** 2) * beta) / scale)
+
+
+# ------------------------------------------------------------------------------------------
+# differences, integration, infinities, sorting, complex parts
+# ------------------------------------------------------------------------------------------
+
+def _edge(values, dtype, name: str, what: str):
+    if values is None:
+        return None
+    _device_array(values, name, what)
+    if not numpy.can_cast(values.dtype, dtype, casting="same_kind"):
+        raise TypeError(f"{name}: `{what}` ({values.dtype}) does not cast to arr's dtype {dtype} under the "
+                        "'same_kind' rule")
+    return values.ravel()
+
+
+def ediff1d(arr, to_end=None, to_begin=None):
+    """The differences between consecutive elements of the flattened `arr` (arr[1:] - arr[:-1]),
+    with `to_begin` prepended and `to_end` appended; the result has arr's dtype.
+
+    As in CuPy, `arr`, `to_begin` and `to_end` must be device arrays (NumPy also takes host data and
+    scalars): anything else is a TypeError, as is a `to_begin`/`to_end` whose dtype does not cast to
+    arr's under the 'same_kind' rule.
+    """
+    flat = _device_array(arr, "ediff1d", "arr").ravel()
+    if to_begin is None and to_end is None:
+        return flat[1:] - flat[:-1]
+    begin = _edge(to_begin, flat.dtype, "ediff1d", "to_begin")
+    end = _edge(to_end, flat.dtype, "ediff1d", "to_end")
+    n_begin = 0 if begin is None else begin.size
+    n_end = 0 if end is None else end.size
+    n_diff = max(flat.size - 1, 0)
+    out = _cp.empty(n_begin + n_diff + n_end, dtype=flat.dtype)
+    if n_begin:
+        out[:n_begin] = begin
+    if n_end:
+        out[n_begin + n_diff:] = end
+    _cp.subtract(flat[1:], flat[:-1], out=out[n_begin:n_begin + n_diff])
+    return out
+
+
+def trapz(y, x=None, dx=1.0, axis=-1):
+    """The integral of `y` along `axis` by the composite trapezoidal rule, over the sample points
+    `x` (a 1-D array spacing that axis, or an array shaped like `y`) or a uniform spacing `dx`.
+
+    As in CuPy (whose name this is: numpy.trapezoid in NumPy 2), `y` and `x` must be device arrays
+    and the result is a device array (0-d for a 1-D `y`, where NumPy gives a scalar).
+    """
+    _device_array(y, "trapz", "y")
+    axis = normalize_axis_index(axis, y.ndim, msg_prefix="trapz")
+    if x is None:
+        spacing = dx
+    else:
+        _device_array(x, "trapz", "x")
+        if x.ndim == 1:
+            spacing = _cp.diff(x)
+            spacing = spacing.reshape((1,) * axis + spacing.shape + (1,) * (y.ndim - axis - 1))
+        else:
+            spacing = _cp.diff(x, axis=axis)
+    head = (slice(None),) * axis
+    upper, lower = y[head + (slice(1, None),)], y[head + (slice(None, -1),)]
+    return (spacing * (upper + lower) / 2.0).sum(axis)
+
+
+def _sign_test(x, name: str):
+    if type(x) is not ndarray:
+        if not _is_number(x):
+            raise TypeError(f"{name}: x must be a device array or a number, not {type(x).__name__}")
+        x = _cp.asarray(x)
+    if x.dtype.kind == "c":
+        raise TypeError(f"{name}: {x.dtype} values have no sign to test (+inf and -inf are real)")
+    return x
+
+
+def isposinf(x, out=None):
+    """True where `x` is +inf (isinf and not signbit), as a bool device array; `out`, a device
+    array, receives the result (CuPy ignores its `out`). Complex input is a TypeError, as in NumPy
+    and CuPy; a number is uploaded as a 0-d array."""
+    x = _sign_test(x, "isposinf")
+    return _cp.logical_and(_cp.isinf(x), ~_cp.signbit(x), out=out)
+
+
+def isneginf(x, out=None):
+    """True where `x` is -inf (isinf and signbit), as a bool device array; `out` as in isposinf."""
+    x = _sign_test(x, "isneginf")
+    return _cp.logical_and(_cp.isinf(x), _cp.signbit(x), out=out)
+
+
+def sort_complex(a):
+    """A sorted copy of the device array `a` (along its last axis; real part first, then the
+    imaginary part), always complex: complex64 for int8/int16/uint8/uint16, complex128 for other
+    real dtypes, complex dtypes kept (NumPy's rule)."""
+    out = _cp.sort(_device_array(a, "sort_complex", "a"))
+    if out.dtype.kind == "c":
+        return out
+    return out.astype(numpy.complex64 if out.dtype.char in "bhBH" else numpy.complex128)
+
+
+def real_if_close(a, tol=100):
+    """The real part of the device array `a` if every imaginary part is below `tol` (in machine
+    epsilons of a's dtype when tol > 1, else absolute), else `a` itself; a real `a` is returned as
+    is. The result's dtype depends on the data: one reduction on the device and one scalar read (a
+    sync point), as in CuPy."""
+    _device_array(a, "real_if_close", "a")
+    if a.dtype.kind != "c":
+        return a
+    if tol > 1:
+        tol = numpy.finfo(a.dtype).eps * tol
+    return a.real if bool(_cp.all(_cp.absolute(a.imag) < tol)) else a
+
+
+# ------------------------------------------------------------------------------------------
+# polynomials (coefficients from highest to lowest degree, on the device)
+# ------------------------------------------------------------------------------------------
+
+def _coefficients(p, name: str):
+    """A polynomial argument as a 1-D device array: a device array (0-d made 1-D), or a number made
+    a one-element array of its NumPy dtype on the device; CuPy's rules (host arrays and lists are a
+    TypeError, more than one axis a ValueError)."""
+    if type(p) is ndarray:
+        if p.ndim == 0:
+            return p.reshape(1)
+        if p.ndim != 1:
+            raise ValueError(f"{name}: multidimensional inputs are not supported")
+        return p
+    if _is_number(p):
+        return _cp.full(1, p, dtype=numpy.asarray(p).dtype)
+    raise TypeError(f"{name}: unsupported type {type(p).__name__} (a device array or a number)")
+
+
+def _leading_zeros(c, size: int):
+    """1-D `c` with zeros in front up to `size` coefficients."""
+    if c.size >= size:
+        return c
+    return _cp.concatenate([_cp.zeros(size - c.size, dtype=c.dtype), c])
+
+
+def polyadd(a1, a2):
+    """The sum of two polynomials (1-D device arrays of coefficients, highest degree first, or
+    numbers). CuPy's poly1d is not provided, so neither is a poly1d result."""
+    a1, a2 = _coefficients(a1, "polyadd"), _coefficients(a2, "polyadd")
+    size = builtins.max(a1.size, a2.size)
+    return _leading_zeros(a1, size) + _leading_zeros(a2, size)
+
+
+def polysub(a1, a2):
+    """The difference a1 - a2 of two polynomials (as polyadd)."""
+    a1, a2 = _coefficients(a1, "polysub"), _coefficients(a2, "polysub")
+    size = builtins.max(a1.size, a2.size)
+    return _leading_zeros(a1, size) - _leading_zeros(a2, size)
+
+
+def _trimmed(c):
+    c = _cp.trim_zeros(c, trim="f")
+    return c if c.size else _cp.zeros(1, dtype=c.dtype)
+
+
+def polymul(a1, a2):
+    """The product of two polynomials (as polyadd): the convolution of their coefficients.
+
+    As in CuPy, leading zeros are removed from each input first (its size is read from the device,
+    a sync point), so polymul([0, 1], [1, 1]) is [1, 1] where NumPy gives [0, 1, 1].
+    """
+    return _cp.convolve(_trimmed(_coefficients(a1, "polymul")), _trimmed(_coefficients(a2, "polymul")))
+
+
+def roots(p):
+    """The roots of the polynomial with coefficients `p` (a 1-D device array, highest degree first),
+    in the cases CuPy's roots handles: degree 0 (no roots: an empty float64 array), degree 1
+    (-p[1] / p[0]; float64 where that root is 0), and polynomials whose companion matrix is real
+    symmetric or complex Hermitian, whose roots are that matrix's eigenvalues (linalg.eigvalsh, in
+    ascending order, not NumPy's). Every other polynomial raises NotImplementedError, as in CuPy:
+    with no general eigenvalue solver, the only such polynomials of degree >= 2 are a x**2 + b x - a
+    with b / a real. Leading zeros are dropped (a sync point); integer coefficients count as float64.
+    """
+    if type(p) is not ndarray:
+        raise TypeError(f"roots: p must be a device array (cupy.ndarray), not {type(p).__name__}")
+    if p.dtype.kind == "b":
+        raise NotImplementedError("roots: boolean inputs are not supported")
+    if p.ndim == 0:
+        raise TypeError("roots: 0-dimensional input is not allowed")
+    if p.ndim != 1:
+        raise ValueError("roots: the coefficient array is not 1-d")
+    if p.size < 2:
+        return _cp.zeros(0, dtype=numpy.float64)
+    dtype = numpy.dtype(numpy.common_type(numpy.empty(0, p.dtype)))
+    c = _cp.trim_zeros(p, trim="f")
+    if c.size < 2:
+        return _cp.zeros(0, dtype=numpy.float64)
+    c = c[::-1].astype(dtype)           # lowest degree first
+    if c.size == 2:
+        root = (-c[0] / c[1]).reshape(1)
+        return root.real.astype(numpy.float64) if bool(c[0] == 0) else root
+    if c.size > 3:                      # a companion matrix of side >= 3 is never symmetric
+        raise NotImplementedError("roots: only polynomials whose companion matrix is complex Hermitian or real "
+                                  "symmetric are supported (CuPy's restriction)")
+    companion = _cp.zeros((2, 2), dtype=dtype)
+    companion[1, 0] = 1
+    companion[:, 1] = -c[:2] / c[2]
+    if not bool(_cp.array_equal(companion, companion.conj().T)):
+        raise NotImplementedError("roots: only polynomials whose companion matrix is complex Hermitian or real "
+                                  "symmetric are supported (CuPy's restriction)")
+    return _cp.linalg.eigvalsh(companion).astype(dtype)
+
+
+# ------------------------------------------------------------------------------------------
+# files and text (NumPy on the host, then one upload; as in CuPy)
+# ------------------------------------------------------------------------------------------
+
+def fromfile(file, dtype=float, count=-1, sep="", offset=0):
+    """numpy.fromfile on the host, uploaded to the current device (as CuPy; big-endian data comes
+    out in native byte order). Beyond CuPy: a binary file (sep='') named by its path whose array would
+    not fit in the current device's free memory is refused (OutOfMemoryError) before it is read."""
+    dtype = numpy.dtype(dtype)
+    if sep == "" and isinstance(file, (str, bytes, os.PathLike)) and dtype.itemsize:
+        items = count if count >= 0 else builtins.max(os.path.getsize(file) - offset, 0) // dtype.itemsize
+        if items * dtype.itemsize > _FROMITER_CHUNK_BYTES:
+            free = _free_bytes()
+            if items * dtype.itemsize > free:
+                raise OutOfMemoryError(f"fromfile: {items:,} items of {dtype} need {items * dtype.itemsize:,} bytes;"
+                                       f" device {_cp.cuda.get_device_id()} has {free:,} bytes free")
+    return _text_array(numpy.fromfile(file, dtype=dtype, count=count, sep=sep, offset=offset))
+
+
+def fromstring(*args, **kwargs):
+    """numpy.fromstring on the host (text with a separator), uploaded to the current device, as CuPy."""
+    return _text_array(numpy.fromstring(*args, **kwargs))
+
+
+def loadtxt(*args, **kwargs):
+    """numpy.loadtxt on the host, uploaded to the current device, as CuPy (structured dtypes cannot
+    be device arrays: TypeError)."""
+    return _text_array(numpy.loadtxt(*args, **kwargs))
+
+
+def genfromtxt(*args, **kwargs):
+    """numpy.genfromtxt on the host, uploaded to the current device, as CuPy (missing values filled
+    as NumPy fills them; structured results, e.g. dtype=None with names, are a TypeError)."""
+    return _text_array(numpy.genfromtxt(*args, **kwargs))
+
+
+def savetxt(fname, X, *args, **kwargs) -> None:
+    """numpy.savetxt of the array (fetched to the host), as CuPy."""
+    numpy.savetxt(fname, _cp.asnumpy(X), *args, **kwargs)
+
+
+# ------------------------------------------------------------------------------------------
+# printing, iteration and errors: NumPy's host objects, as CuPy re-exports them
+# ------------------------------------------------------------------------------------------
+
+def array2string(a, *args, **kwargs) -> str:
+    """numpy.array2string of the array (fetched to the host), as CuPy."""
+    return numpy.array2string(_cp.asnumpy(a), *args, **kwargs)
+
+
+def _host_scalar(x):
+    host = _cp.asnumpy(x)
+    return host[()] if isinstance(host, numpy.ndarray) and host.ndim == 0 else host
+
+
+def format_float_positional(x, *args, **kwargs) -> str:
+    """numpy.format_float_positional of a float (a 0-d device array is fetched, as a scalar)."""
+    return numpy.format_float_positional(_host_scalar(x), *args, **kwargs)
+
+
+def format_float_scientific(x, *args, **kwargs) -> str:
+    """numpy.format_float_scientific of a float (a 0-d device array is fetched, as a scalar)."""
+    return numpy.format_float_scientific(_host_scalar(x), *args, **kwargs)
+
+
+# Device arrays print through NumPy (ndarray.__repr__/__str__ fetch and format the host copy), so
+# NumPy's print options govern them, as in CuPy.
+set_printoptions = numpy.set_printoptions
+get_printoptions = numpy.get_printoptions
+printoptions = numpy.printoptions
+ndindex = numpy.ndindex
+AxisError = numpy.exceptions.AxisError
+
+
+class broadcast:  # noqa: N801  (CuPy's class name)
+    """The broadcast of device arrays (and numbers), as cupy.broadcast: `shape`, `nd` and `size` of
+    the broadcast shape, derived from the shapes alone (no data is read), and `values`, the inputs
+    as broadcast views on the device (made when first asked for; numbers are kept as they are).
+    As in CuPy it is not an iterator; shapes that do not broadcast are a ValueError, host arrays and
+    lists a TypeError."""
+
+    def __init__(self, *arrays):
+        shapes = []
+        for a in arrays:
+            if type(a) is ndarray:
+                shapes.append(a.shape)
+            elif _is_number(a):
+                shapes.append(())
+            else:
+                raise TypeError(f"broadcast: arguments must be device arrays or numbers, not {type(a).__name__}")
+        self._arrays = arrays
+        self._values = None
+        self.shape = numpy.broadcast_shapes(*shapes)
+        self.nd = len(self.shape)
+        self.size = math.prod(self.shape)
+
+    @property
+    def values(self) -> tuple:
+        if self._values is None:
+            self._values = tuple(_cp.broadcast_to(a, self.shape) if type(a) is ndarray else a
+                                 for a in self._arrays)
+        return self._values
+
+    def __repr__(self) -> str:
+        return f"<gpuremote broadcast shape={self.shape}>"
