@@ -209,7 +209,7 @@ def test_copies_land_on_the_current_device_in_the_order_asked(cp):
             np.testing.assert_array_equal(m.get(), host)
         assert float((moved[0] + 1).sum()) == 21.0              # and usable there
     assert x0.copy().device.id == 0
-    for made in (cp.array(host, order="F"), cp.asarray(host, order="F"), cp.array(np.asfortranarray(host))):
+    for made in (cp.array(host, order="F"), cp.asarray(host, order="f"), cp.array(np.asfortranarray(host))):
         assert made.flags.f_contiguous and not made.flags.c_contiguous
         np.testing.assert_array_equal(made.get(), host)
     assert cp.array(host).flags.c_contiguous and cp.array(host.T, order="C").flags.c_contiguous

@@ -59,9 +59,19 @@ def _stack_nested(obj):
     return stack([_stack_nested(o) if type(o) in (list, tuple) else asarray(o) for o in obj])  # noqa: F821
 
 
+def _order(order):
+    """An order argument as one upper-case letter (NumPy and CuPy take 'f' for 'F'); None stays None."""
+    if order is None:
+        return None
+    if not isinstance(order, str) or order.upper() not in ("C", "F", "A", "K"):
+        raise ValueError(f"order must be one of 'C', 'F', 'A' or 'K', not {order!r}")
+    return order.upper()
+
+
 def _uploaded(host, order):
     """Host array `host` on the current device, in the order asked ("F", or "K"/"A"/None keeping a
     Fortran-ordered host array's layout): uploads are C-ordered, so a Fortran one is laid out again."""
+    order = _order(order)
     out = _from_host(host)
     fortran = order == "F" or (order in ("K", "A", None) and host.ndim > 1 and host.flags.f_contiguous
                                and not host.flags.c_contiguous)
@@ -78,6 +88,7 @@ def _here(a):
 def array(obj, dtype=None, copy=True, order="K", subok=False, ndmin=0):
     """An array on the current device from host data (list, numpy array, scalar) or from a device
     array (copied from another device when it lives there)."""
+    order = _order(order)
     if type(obj) is not ndarray:
         host = _host(_np.array, obj, dtype=dtype, ndmin=ndmin)
         if host is not None:
@@ -97,6 +108,7 @@ def array(obj, dtype=None, copy=True, order="K", subok=False, ndmin=0):
 def asarray(a, dtype=None, order=None):
     """`a` itself when it is already a device array of that dtype on the current device, else a
     device copy (moved from another device when it lives there)."""
+    order = _order(order)
     if type(a) is not ndarray:
         host = _host(_np.asarray, a, dtype=dtype)
         if host is not None:
