@@ -140,6 +140,7 @@ _SERVICE = {
     "cuda.runtime.getDeviceCount": "value", "cuda.runtime.getDeviceProperties": "value",
     "cuda.runtime.memGetInfo": "value", "cuda.MemoryPool.used_bytes": "value",
     "cuda.MemoryPool.total_bytes": "value", "cuda.MemoryPool.free_all_blocks": "none",
+    "cuda.MemoryPool.set_limit": "value", "cuda.MemoryPool.get_limit": "value",
     "ndarray.item": "value", "ndarray.__copy_from__": "none", "cuda.memory.layout": "value",
     "session.memory_peak": "value",
 }

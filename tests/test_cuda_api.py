@@ -103,23 +103,42 @@ def test_allocator_settings_accept_pools_and_refuse_other_callables(cp):
     assert cp.cuda.get_allocator() is memory._malloc
 
 
-def test_pool_limit_is_the_sessions_and_a_lower_one_is_refused(cp):
+def test_pool_limit_caps_the_session_on_the_daemon(cp):
     pool = cp.get_default_memory_pool()
-    total = cp.cuda.Device().mem_info[1]
-    assert pool.get_limit() == total
-    for accepted in ({}, {"size": 0}, {"fraction": 0}, {"fraction": 1.0}, {"size": total}, {"size": 4 * total},
-                     {"size": float(total)}):
-        pool.set_limit(**accepted)                     # no cap, or one the daemon's ledger already enforces
-    for lower in ({"size": total - 1}, {"fraction": 0.5}, {"size": 1}):
-        with pytest.raises(NotImplementedError, match="gpuremote run -m SIZE"):
-            pool.set_limit(**lower)
-    for bad, error in (({"size": 1, "fraction": 0.5}, ValueError), ({"fraction": 1.5}, ValueError),
-                       ({"fraction": -0.1}, ValueError), ({"size": -1}, ValueError),
-                       ({"size": float("nan")}, ValueError), ({"fraction": float("nan")}, ValueError),
-                       ({"size": "1GiB"}, TypeError), ({"fraction": True}, TypeError)):
-        with pytest.raises(error):
-            pool.set_limit(**bad)
-    assert pool.get_limit() == total
+    assert pool.get_limit() == 0                        # none set, as in CuPy
+    keep = cp.ones(1000, dtype=cp.uint8)                # held before the cap: it counts
+    try:
+        pool.set_limit(size=8000)
+        assert pool.get_limit() == 8000
+        fits = cp.ones(6000, dtype=cp.uint8)
+        assert int(fits.sum()) == 6000
+        with pytest.raises(cp.cuda.memory.OutOfMemoryError, match="limit this session set"):
+            cp.ones(2000, dtype=cp.uint8).get()         # 1000 + 6000 + 2000 > 8000: refused by the daemon
+        del fits
+        gc.collect()
+        assert int(cp.ones(6500, dtype=cp.uint8).sum()) == 6500     # freed bytes are room again
+        for _ in range(3):                              # and through replayed calls too
+            with pytest.raises(cp.cuda.memory.OutOfMemoryError, match="limit this session set"):
+                (keep.astype(cp.float64) * 2).get()
+        pool.set_limit(fraction=0.5)
+        assert pool.get_limit() == cp.cuda.Device().mem_info[1] // 2
+        pool.set_limit(size=7000)
+        pool.set_limit()                                # no cap
+        assert pool.get_limit() == 0 and int(cp.ones(20000, dtype=cp.uint8).sum()) == 20000
+        for bad, error in (({"size": 1, "fraction": 0.5}, ValueError), ({"fraction": 1.5}, ValueError),
+                           ({"fraction": -0.1}, ValueError), ({"size": -1}, ValueError), ({"size": 2**64}, ValueError),
+                           ({"size": float("nan")}, ValueError), ({"fraction": float("nan")}, ValueError),
+                           ({"size": "1GiB"}, TypeError), ({"fraction": True}, TypeError)):
+            with pytest.raises(error):
+                pool.set_limit(**bad)
+        assert pool.get_limit() == 0
+        from gpuremote.cupy._core import service_call
+        for wire in ((-5,), ("8000",), (8000, 1), (), (2.5,), (True,)):     # the daemon checks the wire too
+            with pytest.raises(ValueError, match="one number of bytes"):
+                service_call("cuda.MemoryPool.set_limit", wire, value=True)
+    finally:
+        pool.set_limit()
+    assert int(keep.sum()) == 1000
 
 
 def test_wait_event_orders_a_stream_after_another_streams_event(cp):

@@ -96,3 +96,32 @@ class MemoryLedger(Ledger):
     def refusal(self, nbytes: int) -> OutOfMemoryError:
         return OutOfMemoryError(f"Out of memory allocating {nbytes:,} bytes (allocated so far: {self.used:,} bytes, "
                                 f"{self.limit}: {self.capacity:,} bytes).")
+
+
+class SessionCap:
+    """A cap a session put on its own memory on one device (cupy.cuda.MemoryPool.set_limit): a
+    charge passes to `parent` (the device's or the lease's ledger, which may still refuse it) only
+    while the session's own bytes stay within `capacity`. Used by one session's thread alone, so
+    plain counters; the compiled replay loop calls its charge and credit methods (it is no Ledger)."""
+
+    limit = "limit this session set (cupy.cuda.MemoryPool.set_limit)"
+
+    def __init__(self, capacity: int, parent, used: int):
+        self.capacity, self.parent, self.used = capacity, parent, used
+
+    def charge(self, nbytes: int) -> None:
+        if self.used + nbytes > self.capacity:
+            raise self.refusal(nbytes)
+        self.parent.charge(nbytes)
+        self.used += nbytes
+
+    def credit(self, nbytes: int) -> None:
+        self.parent.credit(nbytes)
+        self.used -= nbytes
+
+    def check(self, nbytes: int) -> None:
+        if self.used + nbytes > self.capacity:
+            raise self.refusal(nbytes)
+        self.parent.check(nbytes)
+
+    refusal = MemoryLedger.refusal

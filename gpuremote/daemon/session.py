@@ -22,6 +22,7 @@ from gpuremote._config import DEFAULTS
 from gpuremote.daemon import growth, native, templates
 from gpuremote.daemon.admission import Tenancy
 from gpuremote.daemon.backends.base import Backend
+from gpuremote.daemon.ledger import SessionCap
 from gpuremote.daemon.scheduler import Hold
 from gpuremote.errors import (LimitExceededError, ProtocolError, UnsupportedOperationError,
                               wire_type_name)
@@ -98,7 +99,7 @@ class Session:
         # (the device's own, or its lease's under a pool grant) and a compute-scheduler flow
         # (None for a device it has no grant for).
         self.tenancy = tenancy if tenancy is not None else Tenancy.whole(backend, self.id)
-        self.memory = self.tenancy.memory
+        self.memory = list(self.tenancy.memory)    # the tenancy's ledgers, or a cap this session set over one
         self.flows = self.tenancy.flows
         self.lease_id = self.tenancy.lease_id
         self.cancel: Callable[[], object] = lambda: None   # set by the server: ends the session's stream
@@ -881,7 +882,7 @@ class Session:
             return backend.props[index].as_properties()
         if name == "cuda.runtime.memGetInfo":
             free, total = backend.mem_info(device)
-            mem = self.memory[device]
+            mem = self.tenancy.memory[device]
             if mem is not backend.memory[device]:    # under a pool grant: what the lease may still use
                 free, total = min(free, mem.capacity - mem.used), mem.capacity
             return free, total
@@ -898,6 +899,11 @@ class Session:
             return self.memory_peak[device]
         if name == "cuda.MemoryPool.free_all_blocks":
             return None  # released arrays are freed at once: there are no cached blocks
+        if name == "cuda.MemoryPool.set_limit":
+            return self._set_limit(device, args)
+        if name == "cuda.MemoryPool.get_limit":
+            cap = self.memory[device]
+            return cap.capacity if isinstance(cap, SessionCap) else 0
         if name == "cuda.Event.record":
             if len(self._events) >= 65536 and args[0] not in self._events:
                 raise LimitExceededError("too many events in one session (65536)")
@@ -915,6 +921,17 @@ class Session:
         if name.startswith("kernel."):
             return self._kernel(name.partition(".")[2], args, kwargs)
         raise UnsupportedOperationError(f"{name} is not served by this daemon")
+
+    def _set_limit(self, device: int, args: tuple) -> None:
+        """Cap what this session holds on `device` at args[0] bytes (0: no cap), above the ledger of
+        its tenancy; what it holds already counts, and may be above the cap (then only credits pass)."""
+        if len(args) != 1 or type(args[0]) is not int or not 0 <= args[0] < 2**63:
+            raise ValueError("cuda.MemoryPool.set_limit takes one number of bytes, 0 to 2**63 - 1")
+        if self.flows[device] is None:
+            raise self.tenancy.not_granted(device)
+        base = self.tenancy.memory[device]
+        self.memory[device] = SessionCap(args[0], base, self.memory_used[device]) if args[0] else base
+        return None
 
     def _kernel(self, kind: str, args: tuple, kwargs: dict) -> Any:
         spec = args[0]

@@ -88,18 +88,15 @@ class MemoryPool:
         service_call("cuda.MemoryPool.free_all_blocks")
 
     def get_limit(self) -> int:
-        """The most this session may hold on the current device: the device's memory, or a pool
-        lease's share of it, which the daemon's ledger enforces. (CuPy returns 0 when no limit is set;
-        a gpuremote session always has this one.)"""
-        return int(service_call("cuda.runtime.memGetInfo", value=True)[1])
+        """The cap set_limit put on this session's memory on the current device; 0 when none is set
+        (the session may still use no more than its device, or its pool lease, allows)."""
+        return int(service_call("cuda.MemoryPool.get_limit", value=True))
 
     def set_limit(self, size=None, fraction=None) -> None:
-        """CuPy's cap on what the pool may hold on the current device (`size` bytes, or `fraction` of
-        the device's memory; neither, or 0: no cap). The client cannot enforce a cap: the daemon
-        allocates, including each call's temporaries that this process never sees, and only its ledger
-        refuses. So removing the cap, and any cap at or above get_limit() (which the ledger already
-        enforces), are accepted; a lower one raises NotImplementedError naming where a cap is enforced:
-        `gpuremote run -m SIZE` (or `-p FRACTION`) with --pool or --local."""
+        """Cap what this session may hold on the current device at `size` bytes, or at `fraction` of
+        the device's memory (its lease's share under a pool); neither, or 0: no cap. The daemon
+        enforces it: an allocation past it raises OutOfMemoryError naming this limit. Unlike CuPy's
+        pool limit, it counts every array of the session on that device, whichever pool made it."""
         if size is not None and fraction is not None:
             raise ValueError("give either size or fraction to set_limit, not both")
         for name, value in (("size", size), ("fraction", fraction)):
@@ -107,18 +104,11 @@ class MemoryPool:
                 raise TypeError(f"set_limit {name} must be a number, not {type(value).__name__}")
         if fraction is not None and not 0 <= fraction <= 1:
             raise ValueError(f"set_limit fraction must be in [0, 1], got {fraction}")
-        if size is not None and not size >= 0:          # NaN too
-            raise ValueError(f"set_limit size must be a number of bytes >= 0, got {size}")
-        if not size and not fraction:
-            return      # no cap beyond the session's own, which always holds
-        total = self.get_limit()
-        wanted = size if size is not None else fraction * total
-        if wanted < total:
-            raise NotImplementedError(
-                f"a memory limit of {int(wanted):,} bytes (below the {total:,} this session may hold on device "
-                f"{context.current_device_index()}) cannot be enforced by the client: the daemon allocates, "
-                "temporaries included. Run the program with `gpuremote run -m SIZE` (or `-p FRACTION`) "
-                "through --pool or --local: that device's memory ledger refuses allocations past it")
+        if size is not None and not 0 <= size < 2**63:          # NaN too
+            raise ValueError(f"set_limit size must be a number of bytes from 0 to 2**63 - 1, got {size}")
+        if fraction:
+            size = fraction * int(service_call("cuda.runtime.memGetInfo", value=True)[1])
+        service_call("cuda.MemoryPool.set_limit", (int(size or 0),), value=True)
 
 
 _DEFAULT = MemoryPool()
