@@ -338,3 +338,15 @@ def test_uploads_of_big_endian_data_are_native(cp):
     x = cp.asarray(host)
     assert x.dtype == np.float64 and x.dtype.isnative and x.get().tolist() == [0.0, 1.0, 2.0, 3.0]
     assert cp.array(np.array([1, 2], dtype=">i4")).dtype == np.int32
+
+
+def test_an_item_assignment_is_checked_once_per_signature(cp, monkeypatch):
+    # The shape check of x[key] = v runs NumPy on stand-ins: a loop's assignments must not pay it each time.
+    from gpuremote.cupy import _core
+    calls = []
+    derive = _core.derive
+    monkeypatch.setattr(_core, "derive", lambda entry, *a: (calls.append(entry.name), derive(entry, *a))[1])
+    g, rows, cols = cp.zeros((4, 3)), cp.arange(4), cp.asarray([0, 2, 1, 0])
+    for _ in range(5):
+        g[rows, cols] = 1.0
+    assert calls.count("ndarray.__setitem__") == 1 and float(g.sum()) == 4.0

@@ -264,7 +264,8 @@ def forward(name: str, args: tuple, kwargs: dict, entry: Entry | None = None) ->
     proxies: list = []
     # (a service of the daemon's own, such as an event's record, is never a template)
     key = _signature(name, args, kwargs, proxies) if not entry.service else None
-    cached = key is not None and rule not in _UNCACHED_RULES
+    # (item assignment derives no result, but its shape check is worth remembering per signature)
+    cached = key is not None and (rule not in _UNCACHED_RULES or name == "ndarray.__setitem__")
     metas = _DERIVED.get(key) if cached else None
     if metas is None:
         metas = derive(entry, args, kwargs, meta_of)
