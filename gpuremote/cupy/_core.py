@@ -652,12 +652,6 @@ class ndarray:
         else:
             pickle.dump(self, file)
 
-    @property
-    def base(self):
-        """None: every gpuremote array is a handle of its own (the daemon tracks which views share
-        a buffer; cupy.shares_memory asks it)."""
-        return None
-
     def __getitem__(self, key):
         if _getitem_fast is not None:
             result = _getitem_fast("ndarray.__getitem__", (self, key), _NO_KWARGS, -1, False)
