@@ -18,6 +18,7 @@ import itertools
 import math
 import os
 import queue
+import signal
 import socket
 import sys
 import threading
@@ -62,6 +63,34 @@ _RELEASES_PER_MESSAGE = 1 << 16
 _FIRST_FLUSH_OPS = 8
 
 
+class _InterruptsDeferred:
+    """While a reply is awaited in the main thread, a first SIGINT is noted rather than raised (the
+    reply is read whole, and then KeyboardInterrupt is raised): raised in the middle, it would leave
+    the reply unread and the next one out of step. A second SIGINT raises at once. Only where
+    Python's own SIGINT handler is in place: a program's own handler is left alone."""
+
+    __slots__ = ("pending", "_on")
+
+    def __init__(self):
+        self.pending = False
+        self._on = False
+
+    def _note(self, signum, frame):
+        if self.pending:
+            raise KeyboardInterrupt
+        self.pending = True
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread() and \
+                signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            signal.signal(signal.SIGINT, self._note)
+            self._on = True
+
+    def __exit__(self, *exc) -> None:
+        if self._on:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 class Session:
     # The array proxy type of the API layer above; it registers itself here so that encoding
     # its instances is one type check (this layer never imports the API layer).
@@ -104,6 +133,7 @@ class Session:
         self.lost: Exception | None = None
         self.closed = False
         self._noticed = False      # the daemon's shutdown notice was shown
+        self._interrupted: int | None = None     # the thread a Ctrl-C was deferred in while it awaited a reply
         # Chunk messages skip protobuf's copies both ways (transport/grpc_chunks.py; same wire format).
         session_call = self._channel.stream_stream("/gpuremote.v1.Daemon/Session", request_serializer=grpc_chunks.serialize,
                                                    response_deserializer=_server_message)
@@ -522,7 +552,23 @@ class Session:
 
     def _await(self, seq: int, receive: Callable[[], Any], into: numpy.ndarray | None = None) -> tuple:
         """(reply, result) of op `seq`, whose answer `receive` waits for: a ServerMessage, or a QUICK
-        op's QUIET answer as (seq, result), which has no reply."""
+        op's QUIET answer as (seq, result), which has no reply. Ctrl-C waits for the answer, as a
+        CUDA call finishes before Python sees it (_InterruptsDeferred)."""
+        deferred = _InterruptsDeferred()
+        try:
+            with deferred:
+                answer = self._answer(seq, receive, into)
+        except KeyboardInterrupt:
+            # a second Ctrl-C: the answer (or the rest of it) is still on its way, so nothing after
+            # it could be read in order; the session is given up, not desynchronized
+            self.lost = DeviceLostError(f"the session with the gpuremote daemon at {self.address} was abandoned: "
+                                        "interrupted twice while waiting for a reply")
+            raise
+        if deferred.pending:      # raised by _conclude, after the reply's errors are taken
+            self._interrupted = threading.get_ident()
+        return answer
+
+    def _answer(self, seq: int, receive: Callable[[], Any], into: numpy.ndarray | None) -> tuple:
         start = time.perf_counter()
         try:
             answer = receive()
@@ -542,11 +588,22 @@ class Session:
             self._flush_ops = min(_FIRST_FLUSH_OPS, self._flush_limit)
 
     def _conclude(self, reply: pb.Reply | None, result: Any) -> Any:
-        """After the session's lock: the reply's notice and errors, then the result."""
-        if reply is not None:
-            if reply.notice:
-                self._notice(reply.notice)
-            self._raise_errors(reply)
+        """After the session's lock: the reply's notice and errors, then the result (or the
+        KeyboardInterrupt deferred while it was awaited, with the reply's errors as its cause)."""
+        interrupted = self._interrupted == threading.get_ident()
+        if interrupted:
+            self._interrupted = None
+        try:
+            if reply is not None:
+                if reply.notice:
+                    self._notice(reply.notice)
+                self._raise_errors(reply)
+        except Exception as errors:
+            if interrupted:
+                raise KeyboardInterrupt from errors
+            raise
+        if interrupted:
+            raise KeyboardInterrupt
         return result
 
     def _notice(self, text: str) -> None:
