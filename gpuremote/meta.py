@@ -748,7 +748,8 @@ def fast_elementwise(entry: Entry, args: tuple, meta_of: MetaOf):
     for a in args:
         t = type(a)
         if t in _SCALARS:
-            key.append(t)
+            # an int by its range too: 300 beside an int8 array is an OverflowError where 1 is not
+            key.append(numpy.min_scalar_type(a) if t is int and not 0 <= a <= 127 else t)
             continue
         if isinstance(a, numpy.generic):  # NumPy scalars promote by their dtype (NEP 50)
             key.append(("scalar", a.dtype))

@@ -350,3 +350,14 @@ def test_an_item_assignment_is_checked_once_per_signature(cp, monkeypatch):
     for _ in range(5):
         g[rows, cols] = 1.0
     assert calls.count("ndarray.__setitem__") == 1 and float(g.sum()) == 4.0
+
+
+def test_an_int_out_of_the_arrays_range_raises_at_the_call_after_one_in_range(cp):
+    # The hot path's dtype cache is keyed by the scalar's type: an int's range must count too.
+    i8, u8 = cp.asarray(np.array([1, 2], np.int8)), cp.asarray(np.array([1, 2], np.uint8))
+    assert (i8 + 1).dtype == np.int8 and (u8 + 1).dtype == np.uint8
+    for array, value in ((i8, 300), (i8, 200), (u8, -1), (i8, 2**40)):
+        with pytest.raises(OverflowError):
+            array + value                   # no sync point: as NumPy 2 and CuPy 14 raise it
+    assert (i8 + 100).get().tolist() == [101, 102] and (u8 + 200).dtype == np.uint8
+    cp.cuda.Device().synchronize()
