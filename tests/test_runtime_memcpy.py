@@ -134,15 +134,17 @@ def test_layout_queries_match_numpy_and_refuse_what_is_not_one_array(daemon):
                 service_call("cuda.memory.layout", args, value=True)
         host = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
         dev = cp.asarray(host)
-        for view in (lambda x: x, lambda x: x.T, lambda x: x[:, ::2], lambda x: x[1], lambda x: x[0, 0, 0],
-                     lambda x: x.reshape(4, 6)[:, 1:3], lambda x: x.astype(np.float64, order="F")):
+        owns = (True, False, False, False, False, False, True)    # a view owns no data (x[0, 0, 0]: a 0-d view)
+        for view, own in zip((lambda x: x, lambda x: x.T, lambda x: x[:, ::2], lambda x: x[1], lambda x: x[0, 0, 0],
+                              lambda x: x.reshape(4, 6)[:, 1:3], lambda x: x.astype(np.float64, order="F")), owns):
             want, got = view(host), view(dev)
+            assert got.flags.owndata is got.flags["OWNDATA"] is own
             assert got.strides == want.strides
             assert (got.flags.c_contiguous, got.flags.f_contiguous) == (want.flags.c_contiguous, want.flags.f_contiguous)
             assert got.flags["C_CONTIGUOUS"] == want.flags["C_CONTIGUOUS"] and got.flags["F"] == want.flags["F"]
-        with pytest.raises(KeyError, match="C_CONTIGUOUS and F_CONTIGUOUS"):
+        with pytest.raises(KeyError, match="C_CONTIGUOUS, F_CONTIGUOUS and OWNDATA"):
             dev.flags["WRITEABLE"]
-        assert "C_CONTIGUOUS : True" in repr(dev.flags)
+        assert "C_CONTIGUOUS : True" in repr(dev.flags) and "OWNDATA : True" in repr(dev.flags)
 
 
 def test_device_to_device_between_two_daemons(daemon):

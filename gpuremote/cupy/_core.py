@@ -507,8 +507,8 @@ class ndarray:
         try:
             return self._gr_layout
         except AttributeError:
-            strides, c, f = service_call("cuda.memory.layout", (self,), self._gr_device, value=True)
-            self._gr_layout = (tuple(strides), c, f)
+            strides, c, f, *owndata = service_call("cuda.memory.layout", (self,), self._gr_device, value=True)
+            self._gr_layout = (tuple(strides), c, f, owndata[0] if owndata else None)   # (a daemon before 0.1.0's last)
             return self._gr_layout
 
     @property
@@ -777,23 +777,26 @@ use_compiled_path(True)
 
 
 class Flags:
-    """ndarray.flags: the memory layout flags CuPy's arrays have (c_contiguous, f_contiguous),
-    as attributes or as flags["C_CONTIGUOUS"] / flags["F_CONTIGUOUS"]."""
+    """ndarray.flags: the flags CuPy's arrays have (c_contiguous, f_contiguous, owndata: False for
+    a view), as attributes or as flags["C_CONTIGUOUS"], flags["F_CONTIGUOUS"], flags["OWNDATA"]."""
 
-    __slots__ = ("c_contiguous", "f_contiguous")
+    __slots__ = ("c_contiguous", "f_contiguous", "owndata")
 
-    def __init__(self, c_contiguous: bool, f_contiguous: bool):
+    def __init__(self, c_contiguous: bool, f_contiguous: bool, owndata: bool | None = None):
         self.c_contiguous = c_contiguous
         self.f_contiguous = f_contiguous
+        self.owndata = owndata
 
     def __getitem__(self, name: str) -> bool:
-        key = {"C_CONTIGUOUS": "c_contiguous", "C": "c_contiguous", "F_CONTIGUOUS": "f_contiguous", "F": "f_contiguous"}
+        key = {"C_CONTIGUOUS": "c_contiguous", "C": "c_contiguous", "F_CONTIGUOUS": "f_contiguous", "F": "f_contiguous",
+               "OWNDATA": "owndata", "O": "owndata"}
         if name not in key:
-            raise KeyError(f"{name!r}: gpuremote arrays have the flags C_CONTIGUOUS and F_CONTIGUOUS")
+            raise KeyError(f"{name!r}: gpuremote arrays have the flags C_CONTIGUOUS, F_CONTIGUOUS and OWNDATA")
         return getattr(self, key[name])
 
     def __repr__(self) -> str:
-        return f"  C_CONTIGUOUS : {self.c_contiguous}\n  F_CONTIGUOUS : {self.f_contiguous}"
+        return (f"  C_CONTIGUOUS : {self.c_contiguous}\n  F_CONTIGUOUS : {self.f_contiguous}\n"
+                f"  OWNDATA : {self.owndata}")
 
 
 def service_call(name: str, args: tuple = (), index: int | None = None, stream: int | None = None,

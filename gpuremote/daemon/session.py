@@ -890,7 +890,8 @@ class Session:
             if len(args) != 1 or not hasattr(args[0], "flags"):
                 raise TypeError("cuda.memory.layout takes one device array")
             arr = args[0]
-            return tuple(int(s) for s in arr.strides), bool(arr.flags.c_contiguous), bool(arr.flags.f_contiguous)
+            return (tuple(int(s) for s in arr.strides), bool(arr.flags.c_contiguous), bool(arr.flags.f_contiguous),
+                    bool(arr.flags.owndata))
         if name in ("cuda.MemoryPool.used_bytes", "cuda.MemoryPool.total_bytes"):
             return self.memory_used[device]
         if name == "session.memory_peak":           # `gpuremote run --stats`: the most this session held here
