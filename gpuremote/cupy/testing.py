@@ -348,6 +348,13 @@ def _positive_masks(impl, args, kw, name, scipy_name, device_module):
     return masks_for
 
 
+def _both_runs(impl, args, kw, name, scipy_name) -> tuple:
+    """(device result, device error, NumPy result, NumPy error): the test run with this module as
+    `name`, then with NumPy."""
+    import gpuremote.cupy as device_module
+    return (*_run(impl, args, kw, name, device_module, scipy_name), *_run(impl, args, kw, name, numpy, scipy_name))
+
+
 def _comparing(check, name, type_check, accept_error, scipy_name, layout_check):
     """The decorator the numpy_cupy_* comparisons make: run the test with this module, then with
     NumPy, and compare the results (or the errors) of the two runs."""
@@ -356,8 +363,7 @@ def _comparing(check, name, type_check, accept_error, scipy_name, layout_check):
     def decorator(impl):
         @_hide(impl, *(n for n in (name, scipy_name) if n))
         def test_func(*args, **kw):
-            device_result, device_error = _run(impl, args, kw, name, device_module, scipy_name)
-            numpy_result, numpy_error = _run(impl, args, kw, name, numpy, scipy_name)
+            device_result, device_error, numpy_result, numpy_error = _both_runs(impl, args, kw, name, scipy_name)
             if device_error is not None or numpy_error is not None:
                 _check_errors(device_error, numpy_error, accept_error)
                 return
@@ -477,13 +483,11 @@ def numpy_cupy_equal(name="xp", sp_name=None, scipy_name=None):
     For arrays of several elements use numpy_cupy_array_equal (TypeError here). sp_name is not
     supported."""
     _no_sparse(sp_name)
-    import gpuremote.cupy as device_module
 
     def decorator(impl):
         @_hide(impl, *(n for n in (name, scipy_name) if n))
         def test_func(*args, **kw):
-            device_result, device_error = _run(impl, args, kw, name, device_module, scipy_name)
-            numpy_result, numpy_error = _run(impl, args, kw, name, numpy, scipy_name)
+            device_result, device_error, numpy_result, numpy_error = _both_runs(impl, args, kw, name, scipy_name)
             if device_error is not None or numpy_error is not None:
                 _check_errors(device_error, numpy_error, False)
                 return
@@ -505,13 +509,11 @@ def numpy_cupy_raises(name="xp", sp_name=None, scipy_name=None, accept_error=Exc
     any Exception) accepts, as numpy_cupy_allclose's error comparison. sp_name is not supported."""
     warnings.warn("cupy.testing.numpy_cupy_raises is deprecated", DeprecationWarning, stacklevel=2)
     _no_sparse(sp_name)
-    import gpuremote.cupy as device_module
 
     def decorator(impl):
         @_hide(impl, *(n for n in (name, scipy_name) if n))
         def test_func(*args, **kw):
-            _, device_error = _run(impl, args, kw, name, device_module, scipy_name)
-            _, numpy_error = _run(impl, args, kw, name, numpy, scipy_name)
+            _, device_error, _, numpy_error = _both_runs(impl, args, kw, name, scipy_name)
             _check_errors(device_error, numpy_error, accept_error)
         return test_func
     return decorator
