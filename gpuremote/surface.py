@@ -170,6 +170,7 @@ def _build() -> dict[str, Entry]:
     add(_VALUE, "value")
     for n, rule in _LINALG.items():
         table[n] = Entry(n, rule)
+    add("sliding_window_view", "view", "lib.stride_tricks.")
     add(_FFT, "probe", "fft.")
     add(_FFT_CREATION, "probe", "fft.")
     add(_RANDOM, "random", "random.")
@@ -204,7 +205,7 @@ def _build() -> dict[str, Entry]:
 
 
 SURFACE: dict[str, Entry] = _build()
-NAMESPACES = ("linalg.", "fft.", "random.", "ndarray.", "kernel.", "cuda.", "scipy.special.")
+NAMESPACES = ("linalg.", "fft.", "random.", "ndarray.", "kernel.", "cuda.", "scipy.special.", "lib.stride_tricks.")
 
 
 def lookup(name: str) -> Entry:

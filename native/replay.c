@@ -346,8 +346,16 @@ static PyObject *owner_of(Loop *L, PyObject *arr) {
             Py_DECREF(base);
             return NULL;
         }
-        if (!PyObject_TypeCheck(next, L->array_type)) {
+        if (!PyObject_TypeCheck(next, L->array_type) && next != Py_None) {
+            /* NumPy's as_strided views (sliding_window_view) hold their array through a DummyArray */
+            PyObject *inner = PyObject_GetAttr(next, s_base);
             Py_DECREF(next);
+            if (inner == NULL)
+                PyErr_Clear();
+            next = inner;
+        }
+        if (next == NULL || !PyObject_TypeCheck(next, L->array_type)) {
+            Py_XDECREF(next);
             break;
         }
         Py_DECREF(base);

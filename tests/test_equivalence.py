@@ -757,6 +757,11 @@ MORE_FUNCTIONS = {
     "average-returned-weights": lambda xp, rng: xp.average(arr(xp, rng, (2, 3)), axis=1,
                                                            weights=xp.asarray([1.0, 2.0, 3.0]), returned=True),
     "intersect1d-indices": lambda xp, rng: xp.intersect1d(xp.arange(5), xp.arange(3, 8), return_indices=True),
+    "sliding_window_view": lambda xp, rng: xp.lib.stride_tricks.sliding_window_view(arr(xp, rng, (10,)), 3),
+    "sliding_window_view-2d-mean": lambda xp, rng: xp.lib.stride_tricks.sliding_window_view(
+        arr(xp, rng, (4, 5)), (2, 3)).mean(axis=(-1, -2)),
+    "sliding_window_view-axis": lambda xp, rng: xp.lib.stride_tricks.sliding_window_view(
+        arr(xp, rng, (4, 5)), 2, axis=0),
     "ix_-as-index": lambda xp, rng: arr(xp, rng, (3, 5))[xp.ix_(xp.asarray([0, 2]), xp.asarray([1, 4]))],
 }
 
@@ -764,6 +769,13 @@ MORE_FUNCTIONS = {
 @pytest.mark.parametrize("body,kw", params(MORE_FUNCTIONS))
 def test_more_functions(cp, body, kw):
     check(body, cp, **kw)
+
+
+def test_stride_tricks_refusals(cp):
+    check_raises(lambda xp, rng: xp.lib.stride_tricks.sliding_window_view(arr(xp, rng, (5,)), 6), cp, ValueError)
+    check_raises(lambda xp, rng: xp.lib.stride_tricks.sliding_window_view(arr(xp, rng, (5,)), -1), cp, ValueError)
+    with pytest.raises(NotImplementedError, match="could read the daemon's memory"):
+        cp.lib.stride_tricks.as_strided(cp.arange(4.0), (8,), (8,))
 
 
 def test_ufunc_method_errors(cp):

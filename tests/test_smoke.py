@@ -361,3 +361,14 @@ def test_an_int_out_of_the_arrays_range_raises_at_the_call_after_one_in_range(cp
             array + value                   # no sync point: as NumPy 2 and CuPy 14 raise it
     assert (i8 + 100).get().tolist() == [101, 102] and (u8 + 200).dtype == np.uint8
     cp.cuda.Device().synchronize()
+
+
+def test_a_sliding_window_view_costs_no_memory(cp):
+    # Its logical size (here 8 GB, past the device) is not memory: the daemon's ledger finds the
+    # array it views through NumPy's as_strided wrapper (both replay loops).
+    x = cp.arange(10**6, dtype=cp.float64)
+    before = cp.get_default_memory_pool().used_bytes()
+    for _ in range(3):
+        w = cp.lib.stride_tricks.sliding_window_view(x, 1000)
+        assert w.shape == (10**6 - 999, 1000) and float(w[5].sum()) == float(sum(range(5, 1005)))
+    assert cp.get_default_memory_pool().used_bytes() - before < 2**20

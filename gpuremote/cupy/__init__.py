@@ -221,7 +221,7 @@ def size(a, axis=None):
 
 
 def __getattr__(attr):
-    if attr in ("linalg", "fft", "random", "cuda", "testing"):
+    if attr in ("linalg", "fft", "random", "cuda", "testing", "lib"):
         import importlib
         return importlib.import_module(f"{__name__}.{attr}")
     raise _namespace.unknown_attribute(__name__, attr)

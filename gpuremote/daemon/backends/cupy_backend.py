@@ -10,6 +10,7 @@ backend. This is the only module of gpuremote that imports cupy.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import re
 from typing import Any
 
@@ -93,6 +94,8 @@ class CupyBackend(Backend):
         if name.startswith("scipy.special."):
             import cupyx.scipy.special
             return special_function(getattr(cupyx.scipy.special, name.rpartition(".")[2]), self.is_array)
+        if name.startswith("lib."):     # a submodule `import cupy` does not import
+            importlib.import_module("cupy." + name.rpartition(".")[0])
         obj: Any = self._cupy
         for part in name.split("."):
             obj = getattr(obj, part)

@@ -111,9 +111,13 @@ class EmulatedBackend(Backend):
 
     def owner(self, arr):
         base = arr
-        while isinstance(base.base, numpy.ndarray):
-            base = base.base
-        return base, base.nbytes
+        while True:
+            step = base.base
+            if not isinstance(step, numpy.ndarray):     # NumPy's as_strided views (sliding_window_view)
+                step = getattr(step, "base", None)      # hold their array through a DummyArray
+                if not isinstance(step, numpy.ndarray):
+                    return base, base.nbytes
+            base = step
 
     def from_host(self, arr, device, owned=False):
         return arr if owned else numpy.array(arr, copy=True, order="C")
