@@ -9,7 +9,9 @@ import operator
 from gpuremote.client import context
 from gpuremote.cupy._core import service_call, sync_device
 from gpuremote.cupy.cuda._stream import on_stream
-from gpuremote.errors import CUDARuntimeError  # noqa: F401  (cupy.cuda.runtime.CUDARuntimeError)
+from gpuremote import errors as _errors
+
+CUDARuntimeError = _errors.CUDARuntimeError   # cupy.cuda.runtime.CUDARuntimeError
 
 
 def getDeviceCount() -> int:
