@@ -2,10 +2,22 @@
 
 from __future__ import annotations
 
+import math
 import signal
 import time
 
 import click
+
+
+MAX_LEASE_TTL_S = 7 * 86400.0     # a lease renewed less than weekly is not one; and its times stay in range
+
+
+def lease_ttl_seconds(ctx, param, value):
+    """Click callback for --lease-ttl: a finite number of seconds, more than 0 and at most a week."""
+    if not (math.isfinite(value) and 0 < value <= MAX_LEASE_TTL_S):
+        raise click.BadParameter(f"{value} is not a number of seconds from more than 0 to {MAX_LEASE_TTL_S:g} "
+                                 "(a week), e.g. 30")
+    return value
 
 
 def seconds_not_nan(ctx, param, value):

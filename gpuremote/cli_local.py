@@ -12,14 +12,13 @@ Kept out of cli.py (which imports this module); this module must not import gpur
 from __future__ import annotations
 
 import logging
-import math
 import sys
 
 import click
 
 from gpuremote import __version__
 from gpuremote._config import DEFAULTS, parse_size
-from gpuremote.cli_common import stop_on_signals
+from gpuremote.cli_common import lease_ttl_seconds, stop_on_signals
 from gpuremote.pool.placement import POLICIES
 
 
@@ -40,12 +39,6 @@ def _size(ctx, param, value):
     return size
 
 
-def _ttl(ctx, param, value):
-    if not (math.isfinite(value) and value > 0):
-        raise click.BadParameter(f"{value} is not a positive number of seconds, e.g. 30")
-    return value
-
-
 @click.command()
 @click.option("--pool-listen", default="127.0.0.1:7100", show_default=True, callback=_listen, metavar="HOST:PORT",
               help="Where the pool listens (port 0 picks a free one).")
@@ -59,7 +52,7 @@ def _ttl(ctx, param, value):
               help="Memory of each emulated device.")
 @click.option("--state", "state_path", default=":memory:", show_default=True, metavar="FILE",
               help="The pool's state file; in memory by default (leases end with the process).")
-@click.option("--lease-ttl", type=float, default=DEFAULTS.pool_lease_ttl_s, show_default=True, callback=_ttl,
+@click.option("--lease-ttl", type=float, default=DEFAULTS.pool_lease_ttl_s, show_default=True, callback=lease_ttl_seconds,
               metavar="SECONDS", help="Lease lifetime without renewal.")
 @click.option("--policy", type=click.Choice(POLICIES), default="pack", show_default=True, help="Placement policy.")
 @click.option("--metrics-port", type=click.IntRange(0, 65535), metavar="PORT",

@@ -7,14 +7,13 @@ gpuremote.cli: `python -m gpuremote.cli` would then import it a second time half
 from __future__ import annotations
 
 import logging
-import math
 import sys
 
 import click
 
 from gpuremote import __version__
 from gpuremote._config import DEFAULTS
-from gpuremote.cli_common import stop_on_signals
+from gpuremote.cli_common import lease_ttl_seconds, stop_on_signals
 from gpuremote.cli_security import security_options
 from gpuremote.pool.placement import POLICIES
 
@@ -30,19 +29,13 @@ def _listen(ctx, param, value):
     return value
 
 
-def _ttl(ctx, param, value):
-    if not (math.isfinite(value) and value > 0):
-        raise click.BadParameter(f"{value} is not a positive number of seconds, e.g. 30")
-    return value
-
-
 @click.command()
 @click.option("--listen", default="127.0.0.1:7100", show_default=True, callback=_listen,
               help="HOST:PORT to serve on; port 0 picks a free port (printed at start).")
 @click.option("--state", "state_path", default="./gpuremote-pool.db", show_default=True,
               type=click.Path(dir_okay=False), metavar="FILE",
               help="SQLite file holding hosts, leases and the grant key; a restart from it keeps every lease.")
-@click.option("--lease-ttl", type=float, default=DEFAULTS.pool_lease_ttl_s, show_default=True, callback=_ttl,
+@click.option("--lease-ttl", type=float, default=DEFAULTS.pool_lease_ttl_s, show_default=True, callback=lease_ttl_seconds,
               metavar="SECONDS", help="Lease lifetime without renewal: a crashed client's devices return after it.")
 @click.option("--policy", type=click.Choice(POLICIES), default="pack", show_default=True,
               help="pack fills the fullest device that fits (keeps whole devices free); spread uses the "

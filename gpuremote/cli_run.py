@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from gpuremote._config import parse_size
+from gpuremote._config import DEFAULTS, parse_size
 from gpuremote.cli_common import seconds_not_nan
 from gpuremote.cli_security import security_options
 
@@ -67,9 +67,10 @@ def _addresses(ctx, param, value):
               help="Allocate through a pool (default: GPUREMOTE_POOL).")
 @click.option("--local", is_flag=True, help="Start an embedded daemon for this command (the default when "
                                            "nothing is configured): the host's GPU, else an emulated device.")
-@click.option("--wait", type=click.FloatRange(min=0), default=0, show_default=True, metavar="SECONDS",
-              callback=seconds_not_nan,
-              help="How long to wait in the pool's queue for free capacity.")
+@click.option("--wait", type=click.FloatRange(min=0, max=DEFAULTS.pool_max_wait_s), default=0, show_default=True,
+              metavar="SECONDS", callback=seconds_not_nan,
+              help=f"How long to wait in the pool's queue for free capacity (at most {DEFAULTS.pool_max_wait_s:g} s, "
+                   "the pool's own limit).")
 @click.option("--filter", "filters", multiple=True, callback=_filters, metavar="FILTER",
               help="Where the pool may place the devices (repeatable, all must hold): host=NAME, "
                    "device.name=TEXT, device.memory>=SIZE, transport=NAME (e.g. rdma).")

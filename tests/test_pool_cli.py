@@ -24,9 +24,10 @@ def run_pool(*args: str, timeout: float = 30) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize("args,hints", [
     (["--listen", "nonsense"], ["--listen", "not HOST:PORT", "127.0.0.1:7100"]),
     (["--listen", "127.0.0.1:99999"], ["--listen", "out of range", "65535"]),
-    (["--lease-ttl", "0"], ["--lease-ttl", "not a positive number of seconds"]),
-    (["--lease-ttl", "-5"], ["--lease-ttl", "not a positive number"]),
-    (["--lease-ttl", "nan"], ["--lease-ttl", "not a positive number"]),
+    (["--lease-ttl", "0"], ["--lease-ttl", "not a number of seconds from more than 0"]),
+    (["--lease-ttl", "-5"], ["--lease-ttl", "not a number of seconds"]),
+    (["--lease-ttl", "nan"], ["--lease-ttl", "not a number of seconds"]),
+    (["--lease-ttl", "1e300"], ["--lease-ttl", "to 604800 (a week)"]),
     (["--lease-ttl", "soon"], ["--lease-ttl", "'soon' is not a valid float"]),
     (["--policy", "random"], ["--policy", "'random' is not one of", "'pack', 'spread'"]),
     (["--state", "."], ["--state", "is a directory"]),

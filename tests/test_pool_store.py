@@ -135,3 +135,21 @@ def test_another_schema_version_is_refused(path):
     db.close()
     with pytest.raises(StoreError, match="schema version 99, this gpuremote reads version 1.*new --state file"):
         SQLiteStore(path)
+
+
+def test_the_state_file_and_its_wal_are_readable_by_their_owner_alone(tmp_path):
+    # It holds the pool's grant and lease keys (SECURITY.md): never world-readable, whatever the umask.
+    import os
+    path = tmp_path / "pool.db"
+    old = os.umask(0o022)
+    try:
+        store = SQLiteStore(str(path))
+        store.put_host(Host("h", "127.0.0.1:1", "emulated", ("grpc",), (Device(0, "d", 1 << 30),)))
+        for f in tmp_path.iterdir():
+            assert f.stat().st_mode & 0o077 == 0, f
+        store.close()
+        path.chmod(0o644)                               # an existing file made loose: tightened on open
+        SQLiteStore(str(path)).close()
+        assert path.stat().st_mode & 0o777 == 0o600
+    finally:
+        os.umask(old)

@@ -259,6 +259,7 @@ def test_stats_summary_and_json(tmp_path, daemon):
     (["--daemon", "nohost"], "HOST:PORT"),
     (["--wait", "nan"], "nan is not a number of seconds"),
     (["--wait", "-1"], "--wait"),
+    (["--wait", "1e12"], "0<=x<=3600"), (["--wait", "inf"], "0<=x<=3600"),     # the pool's own limit
 ])
 def test_bad_flags_are_refused(options, message):
     got = subprocess.run([*GPUREMOTE, "run", *options, "--", "true"], capture_output=True, text=True, timeout=60)

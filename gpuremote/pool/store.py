@@ -21,6 +21,7 @@ from __future__ import annotations
 import abc
 import contextlib
 import json
+import os
 import sqlite3
 import threading
 from collections.abc import Iterable, Iterator
@@ -87,11 +88,25 @@ class Store(abc.ABC):
         """Release the underlying resources."""
 
 
+def _private(path: str) -> None:
+    """The state file holds the pool's grant and lease keys: create it readable by its owner alone,
+    and make an existing one so (SQLite gives its -wal and -shm files the database file's mode)."""
+    if path == ":memory:":
+        return
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_RDWR, 0o600))
+        if os.stat(path).st_mode & 0o077:
+            os.chmod(path, 0o600)
+    except OSError as exc:
+        raise sqlite3.OperationalError(f"unable to open {path}: {exc.strerror}") from None
+
+
 class SQLiteStore(Store):
     def __init__(self, path: str):
         self.path = path
         self._lock = threading.Lock()
         try:
+            _private(path)
             # Autocommit mode (isolation_level=None): transactions are the explicit BEGIN/COMMIT below.
             self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         except sqlite3.Error as exc:
