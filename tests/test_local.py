@@ -46,7 +46,7 @@ def test_local_serves_runs_through_its_pool_and_stops_cleanly(tmp_path):
     (["--pool-listen", "nowhere"], "HOST:PORT"),
     (["--daemon-listen", "127.0.0.1:70000"], "HOST:PORT"),
     (["--emulate-memory", "0"], "more than 0 bytes"),
-    (["--lease-ttl", "0"], "positive number of seconds"),
+    (["--lease-ttl", "0"], "not a number of seconds from more than 0"),
     (["--policy", "random"], "'random' is not one of"),
     (["--metrics-port", "-1"], "--metrics-port"),
 ])
