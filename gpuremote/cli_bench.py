@@ -396,6 +396,7 @@ def memcpy(daemon_address, local, transports, directions, memories, sizes, facto
                 continue
             seen.add(target.actual)
             targets.append(target)
+        _check_room(targets, size_list, memories)
         where = f"daemon {address}" + (f" (started here, pid {local_daemon.proc.pid})" if local_daemon else "")
         err.print(f"gpuremote bench memcpy: {where}; native = {targets[0].actual}; "
                   f"{len(size_list)} sizes {human(size_list[0])}..{human(size_list[-1])}")
@@ -418,6 +419,25 @@ def memcpy(daemon_address, local, transports, directions, memories, sizes, facto
     if plot_path:
         plot(records, plot_path)
         err.print(f"wrote the plot to {plot_path}")
+
+
+def _check_room(targets, sizes: list[int], memories: list[str]) -> None:
+    """Refuse, before measuring anything, sizes the run cannot hold: on the host a source and a
+    destination buffer of the largest size, and as many again pinned; on each daemon's device a
+    source and a destination array (a device-to-device copy needs both)."""
+    biggest = max(sizes)
+    host_need = biggest * (4 if "pinned" in memories else 2)
+    host_total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if host_need > host_total * 0.8:
+        raise click.ClickException(f"--sizes up to {human(biggest)} need about {human(host_need)} of host memory "
+                                   f"for the copies' buffers; this host has {host_total / 2**30:.1f} GiB: give smaller sizes")
+    for target in targets:
+        if type(target) is Remote:
+            capacity = target.session.capacity.get(target.device, 0)
+            if 2 * biggest > capacity:
+                raise click.ClickException(f"--sizes up to {human(biggest)} need {human(2 * biggest)} on the device "
+                                           f"(a source and a destination), and the daemon's device {target.device} "
+                                           f"has {human(capacity)} for this session: give smaller sizes")
 
 
 def _run(targets, directions, memories, sizes, iterations, err, Progress, BarColumn, MofNCompleteColumn,

@@ -14,6 +14,7 @@ from click.testing import CliRunner
 
 from gpuremote.cli import main
 from gpuremote.cli_bench import parse_sizes
+from conftest import DaemonProcess, backend_args
 
 KEYS = {"transport", "direction", "memory", "size_bytes", "iterations", "latency_us_median", "latency_us_p99",
         "bandwidth_gbps"}
@@ -147,3 +148,15 @@ def test_local_daemon_is_a_child_that_ends_with_the_run(how):
             bench.kill()
             bench.wait()
         bench.stderr.close()
+
+
+def test_sizes_the_host_or_device_cannot_hold_are_refused_before_measuring():
+    # (a traceback after the smaller sizes had run, or the kernel's OOM killer, before)
+    result = run("--local", "--transport", "shm", "--memory", "pinned", "--sizes", "16GiB")
+    assert result.exit_code != 0 and "of host memory" in result.output and "give smaller sizes" in result.output
+    daemon = DaemonProcess(*backend_args(devices=1, memory="64MiB"))
+    try:
+        result = run("--daemon", daemon.address, "--transport", "grpc", "--sizes", "1MiB,48MiB")
+        assert result.exit_code != 0 and "on the device" in result.output and "64 MiB" in result.output
+    finally:
+        daemon.stop()
