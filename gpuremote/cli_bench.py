@@ -282,8 +282,9 @@ def render(records: list[dict], labels: list[str], console) -> None:
         console.print(t)
 
 
-def plot(records: list[dict], path: str) -> None:
-    """Log-log bandwidth and latency against size: a column per direction, two rows per memory kind."""
+def plot(records: list[dict], path: str) -> str:
+    """Log-log bandwidth and latency against size: a column per direction, two rows per memory kind;
+    returns the file written (matplotlib adds ".png" to a path without an extension)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -311,6 +312,7 @@ def plot(records: list[dict], path: str) -> None:
     fig.suptitle("gpuremote bench memcpy")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
+    return path if os.path.splitext(path)[1] else path + ".png"    # (matplotlib adds the default format's)
     plt.close(fig)
 
 
@@ -417,8 +419,7 @@ def memcpy(daemon_address, local, transports, directions, memories, sizes, facto
             json.dump(records, f, indent=1)
         err.print(f"wrote {len(records)} records to {json_path}")
     if plot_path:
-        plot(records, plot_path)
-        err.print(f"wrote the plot to {plot_path}")
+        err.print(f"wrote the plot to {plot(records, plot_path)}")
 
 
 def _check_room(targets, sizes: list[int], memories: list[str]) -> None:

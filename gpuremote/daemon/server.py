@@ -288,7 +288,8 @@ class DaemonServer:
         while service.open_sessions() and time.monotonic() < end:
             time.sleep(0.02)
         if say is not None:
-            say(f"ended {len(left)} session(s) still open at the deadline")
+            say(f"ended {len(left)} session(s) still open " + ("when signalled again" if interrupted.is_set()
+                                                                else "at the deadline"))
 
     def stop(self, grace: float | None = 2.0) -> None:
         self.server.stop(grace).wait()
