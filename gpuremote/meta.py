@@ -804,11 +804,11 @@ def _check_assignment(args: tuple, meta_of: MetaOf) -> None:
     m = meta_of(target)
     if m is None or m is NOT_ARRAY:
         return
-    check_masks(m[0], key, meta_of)
     v = meta_of(value)
     if v is None or v is NOT_ARRAY:
+        check_masks(m[0], key, meta_of)
         return
-    try:
+    try:        # (x[key]'s rule checks the key's masks first)
         part = _view(SURFACE["ndarray.__getitem__"], (target, key), {}, meta_of)[0][0]
     except Unknown:
         return
