@@ -308,13 +308,9 @@ def fromiter(iter, dtype, count=-1):  # noqa: A002  (NumPy's and CuPy's paramete
 # indices of an array's triangles and diagonal
 # ------------------------------------------------------------------------------------------
 
-def _shape_of(arr) -> tuple:
-    return arr.shape if type(arr) is ndarray else numpy.shape(arr)
-
-
 def tril_indices_from(arr, k=0):
     """Indices of the lower triangle of the 2-D `arr` (tril_indices(rows, k, cols)), as device arrays."""
-    shape = _shape_of(arr)
+    shape = _cp.shape(arr)
     if len(shape) != 2:
         raise ValueError("input array must be 2-d")
     return _cp.tril_indices(shape[-2], k=k, m=shape[-1])
@@ -322,7 +318,7 @@ def tril_indices_from(arr, k=0):
 
 def triu_indices_from(arr, k=0):
     """Indices of the upper triangle of the 2-D `arr` (triu_indices(rows, k, cols)), as device arrays."""
-    shape = _shape_of(arr)
+    shape = _cp.shape(arr)
     if len(shape) != 2:
         raise ValueError("input array must be 2-d")
     return _cp.triu_indices(shape[-2], k=k, m=shape[-1])
@@ -330,7 +326,7 @@ def triu_indices_from(arr, k=0):
 
 def diag_indices_from(arr):
     """Indices of the main diagonal of `arr` (at least 2-d, all sides equal): diag_indices(n, ndim)."""
-    shape = _shape_of(arr)
+    shape = _cp.shape(arr)
     if len(shape) < 2:
         raise ValueError("input array must be at least 2-d")
     if len(set(shape)) != 1:
@@ -575,12 +571,6 @@ def _device_array(x, name: str, what: str):
 
 def _is_number(x) -> bool:
     return isinstance(x, (int, float, complex, numpy.number, numpy.bool_))       # bool is an int
-
-
-def _text_array(host) -> ndarray:
-    """A host array read by NumPy, uploaded to the current device (native byte order, as CuPy
-    makes it); an array too large for the device is refused by the daemon's memory checks."""
-    return _cp.asarray(host)
 
 
 # ------------------------------------------------------------------------------------------
@@ -870,24 +860,24 @@ def fromfile(file, dtype=float, count=-1, sep="", offset=0):
             if items * dtype.itemsize > free:
                 raise OutOfMemoryError(f"fromfile: {items:,} items of {dtype} need {items * dtype.itemsize:,} bytes;"
                                        f" device {_cp.cuda.get_device_id()} has {free:,} bytes free")
-    return _text_array(numpy.fromfile(file, dtype=dtype, count=count, sep=sep, offset=offset))
+    return _cp.asarray(numpy.fromfile(file, dtype=dtype, count=count, sep=sep, offset=offset))
 
 
 def fromstring(*args, **kwargs):
     """numpy.fromstring on the host (text with a separator), uploaded to the current device, as CuPy."""
-    return _text_array(numpy.fromstring(*args, **kwargs))
+    return _cp.asarray(numpy.fromstring(*args, **kwargs))
 
 
 def loadtxt(*args, **kwargs):
     """numpy.loadtxt on the host, uploaded to the current device, as CuPy (structured dtypes cannot
     be device arrays: TypeError)."""
-    return _text_array(numpy.loadtxt(*args, **kwargs))
+    return _cp.asarray(numpy.loadtxt(*args, **kwargs))
 
 
 def genfromtxt(*args, **kwargs):
     """numpy.genfromtxt on the host, uploaded to the current device, as CuPy (missing values filled
     as NumPy fills them; structured results, e.g. dtype=None with names, are a TypeError)."""
-    return _text_array(numpy.genfromtxt(*args, **kwargs))
+    return _cp.asarray(numpy.genfromtxt(*args, **kwargs))
 
 
 def savetxt(fname, X, *args, **kwargs) -> None:
