@@ -136,6 +136,8 @@ def test_pool_limit_caps_the_session_on_the_daemon(cp):
         for wire in ((-5,), ("8000",), (8000, 1), (), (2.5,), (True,)):     # the daemon checks the wire too
             with pytest.raises(ValueError, match="one number of bytes"):
                 service_call("cuda.MemoryPool.set_limit", wire, value=True)
+        with pytest.raises(TypeError, match="takes no arguments"):
+            service_call("cuda.MemoryPool.get_limit", (8000,), value=True)
     finally:
         pool.set_limit()
     assert int(keep.sum()) == 1000

@@ -903,6 +903,8 @@ class Session:
         if name == "cuda.MemoryPool.set_limit":
             return self._set_limit(device, args)
         if name == "cuda.MemoryPool.get_limit":
+            if args:
+                raise TypeError("cuda.MemoryPool.get_limit takes no arguments")
             cap = self.memory[device]
             return cap.capacity if isinstance(cap, SessionCap) else 0
         if name == "cuda.Event.record":
